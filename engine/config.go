@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cenkalti/backoff/v4"
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/lease"
+)
+
+// Defaults for the zero fields of Config. The README compares them with
+// other Redis lock clients.
+const (
+	DefaultTTL            = 10 * time.Second
+	DefaultDriftFactor    = 0.01
+	DefaultKeyPrefix      = "redlease:"
+	DefaultNodeTimeout    = 50 * time.Millisecond
+	DefaultConnectTimeout = time.Second
+	DefaultRetryAttempts  = 32
+	// DefaultRetryInitial and DefaultRetryMax bound the default retry
+	// schedule: exponential, doubling, each wait randomized by ±50%.
+	DefaultRetryInitial = 2 * time.Millisecond
+	DefaultRetryMax     = 250 * time.Millisecond
+)
+
+// Config configures an Engine. The zero value of every field but Nodes
+// means its default.
+type Config struct {
+	// Nodes holds one host:port per independent Redis master (no replicas,
+	// no cluster between them); required, no duplicates. A lease needs
+	// len(Nodes)/2+1 of them; use an odd number, typically 3 or 5.
+	Nodes []string
+	// TTL is the default lease TTL (WithTTL overrides it per call).
+	// Default DefaultTTL (10s). It must exceed the drift allowance.
+	TTL time.Duration
+	// DriftFactor is the clock drift allowed per unit of TTL; a lease's
+	// validity is TTL − elapsed − (TTL·DriftFactor + 2ms). Default 0.01;
+	// must be in (0, 0.5).
+	DriftFactor float64
+	// KeyPrefix prefixes every lock key: <KeyPrefix>{<resource>}.
+	// Default "redlease:".
+	KeyPrefix string
+	// Logger receives redlease's and protoactor's log lines. Default: none.
+	Logger *slog.Logger
+	// NodeTimeout bounds each node's answer in a round. A round decides as
+	// soon as a quorum answered, so a slow node only matters when it is
+	// needed for the quorum. Default 50ms, after the Redlock
+	// specification's 5–50ms for a 10s TTL; must be below the TTL.
+	NodeTimeout time.Duration
+	// ConnectTimeout bounds dialling a node, in New and when reconnecting.
+	// Default 1s.
+	ConnectTimeout time.Duration
+	// RetryAttempts is the number of rounds Acquire tries at most.
+	// Default 32.
+	RetryAttempts int
+	// RetryBackOff makes the wait schedule between Acquire's rounds, one
+	// per call (a BackOff is stateful). Default: exponential from 2ms to
+	// 250ms, doubling, each wait randomized by ±50% to break the split
+	// votes of contending clients. backoff.Stop ends the retries.
+	RetryBackOff func() backoff.BackOff
+	// Client is the template for each node's rueidis client (TLS, auth,
+	// dialer). redlease sets InitAddress, DisableCache, ForceSingleClient
+	// and one connection per node (PipelineMultiplex -1), so commands
+	// reach a node in the order they were issued.
+	Client rueidis.ClientOption
+	// ActorSystem, if set, hosts the engine's actors; Close leaves it
+	// running. Default: a system of the engine's own, silent unless Logger
+	// is set.
+	ActorSystem *actor.ActorSystem
+}
+
+// withDefaults returns c with its zero fields set to the defaults.
+func (c Config) withDefaults() Config {
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.DriftFactor == 0 {
+		c.DriftFactor = DefaultDriftFactor
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.NodeTimeout == 0 {
+		c.NodeTimeout = DefaultNodeTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.RetryAttempts == 0 {
+		c.RetryAttempts = DefaultRetryAttempts
+	}
+	if c.RetryBackOff == nil {
+		c.RetryBackOff = defaultBackOff
+	}
+	return c
+}
+
+func defaultBackOff() backoff.BackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(DefaultRetryInitial),
+		backoff.WithMaxInterval(DefaultRetryMax),
+		backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0.5),
+		backoff.WithMaxElapsedTime(0), // the context and RetryAttempts bound it
+	)
+}
+
+// validate checks a Config that has its defaults; every error names the
+// field and the bad value.
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("redlease: config: "+format, args...))
+	}
+	if len(c.Nodes) == 0 {
+		bad("Nodes must list at least one address, got none")
+	}
+	seen := make(map[string]int, len(c.Nodes))
+	for i, addr := range c.Nodes {
+		if err := checkAddr(addr); err != nil {
+			bad("Nodes[%d] %q: %v", i, addr, err)
+			continue
+		}
+		if j, dup := seen[addr]; dup {
+			bad("Nodes[%d] %q repeats Nodes[%d]: one server must not vote twice", i, addr, j)
+		}
+		seen[addr] = i
+	}
+	if c.DriftFactor <= 0 || c.DriftFactor >= 0.5 {
+		bad("DriftFactor must be in (0, 0.5), got %v", c.DriftFactor)
+	}
+	if err := checkTTL(c.TTL, c.DriftFactor); err != nil {
+		bad("TTL %v", err)
+	}
+	if c.NodeTimeout < 0 || c.NodeTimeout >= c.TTL {
+		bad("NodeTimeout must be > 0 and below TTL (%v), got %v", c.TTL, c.NodeTimeout)
+	}
+	if c.ConnectTimeout < 0 {
+		bad("ConnectTimeout must be > 0, got %v", c.ConnectTimeout)
+	}
+	if c.RetryAttempts < 0 {
+		bad("RetryAttempts must be > 0, got %d", c.RetryAttempts)
+	}
+	return errors.Join(errs...)
+}
+
+// checkTTL: a TTL that the drift allowance eats whole can never be valid.
+func checkTTL(ttl time.Duration, driftFactor float64) error {
+	if drift := lease.Drift(ttl, driftFactor); ttl <= drift {
+		return fmt.Errorf("must exceed the drift allowance (%v), got %v", drift, ttl)
+	}
+	return nil
+}
+
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("missing host")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port must be 1-65535, got %q", port)
+	}
+	return nil
+}
+
+// clientOption is the rueidis option for one node.
+func (c *Config) clientOption(addr string) rueidis.ClientOption {
+	o := c.Client
+	o.InitAddress = []string{addr}
+	o.DisableCache = true
+	o.ForceSingleClient = true
+	o.PipelineMultiplex = -1
+	if o.Dialer.Timeout == 0 {
+		o.Dialer.Timeout = c.ConnectTimeout
+	}
+	return o
+}

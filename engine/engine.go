@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
+)
+
+// Engine takes leases on resources over a set of independent Redis masters.
+// It is safe for concurrent use. Close it to release what it holds.
+type Engine struct {
+	cfg       Config
+	system    *actor.ActorSystem
+	ownSystem bool
+	nodes     []*node.Node
+	pids      []*actor.PID
+
+	mu     sync.Mutex
+	closed bool
+	live   map[*lease.State]*actor.PID // lease actors not yet stopped
+}
+
+// New validates cfg, connects to its nodes and starts the engine's actors.
+// An invalid cfg yields an error naming each bad field and value. New
+// fails when fewer than a quorum of nodes can be reached; nodes it cannot
+// reach (at most a minority) are redialled in the background and vote
+// Failed meanwhile. On error nothing is left running.
+func New(cfg Config) (*Engine, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = actors.Discard
+	}
+	clients, err := connect(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, system: cfg.ActorSystem, live: make(map[*lease.State]*actor.PID)}
+	if e.system == nil {
+		e.system = actors.NewSystem(cfg.Logger)
+		e.ownSystem = true
+	}
+	for i, addr := range cfg.Nodes {
+		n := node.Spawn(e.system, node.Config{
+			Index: i, Addr: addr, Client: clients[i], Options: cfg.clientOption(addr),
+			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
+		})
+		e.nodes = append(e.nodes, n)
+		e.pids = append(e.pids, n.PID)
+	}
+	return e, nil
+}
+
+// connect dials every node at once. It fails, closing what it opened, when
+// fewer than a quorum answer.
+func connect(cfg *Config) ([]rueidis.Client, error) {
+	clients := make([]rueidis.Client, len(cfg.Nodes))
+	errs := make([]error, len(cfg.Nodes))
+	var wg sync.WaitGroup
+	for i, addr := range cfg.Nodes {
+		wg.Go(func() {
+			clients[i], errs[i] = rueidis.NewClient(cfg.clientOption(addr))
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("redlease: node %s: %w", addr, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	up := 0
+	for i, err := range errs {
+		if err == nil {
+			up++
+		} else {
+			cfg.Logger.Warn("redlease: node unreachable, will redial", "node", cfg.Nodes[i], "err", err)
+		}
+	}
+	if up >= lease.Quorum(len(cfg.Nodes)) {
+		return clients, nil
+	}
+	for _, c := range clients {
+		if c != nil {
+			c.Close()
+		}
+	}
+	return nil, fmt.Errorf("redlease: %d of %d nodes reachable, %d needed: %w",
+		up, len(cfg.Nodes), lease.Quorum(len(cfg.Nodes)), errors.Join(errs...))
+}
+
+// Acquire takes the lease on resource, retrying with randomized backoff
+// until it is held, ctx ends, or Config.RetryAttempts rounds failed. A
+// failure matches ErrNotAcquired, is an *AcquireError with each node's
+// outcome, and matches ctx's error when ctx ended it. When it fails, the
+// attempt's keys have been deleted from every node that answered.
+func (e *Engine) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
+	return e.acquire(ctx, resource, e.cfg.RetryAttempts, opts)
+}
+
+// TryAcquire is Acquire with a single round: it fails at once when the
+// resource is held elsewhere.
+func (e *Engine) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
+	return e.acquire(ctx, resource, 1, opts)
+}
+
+func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opts []Option) (*Lease, error) {
+	o, err := e.options(opts)
+	if err != nil {
+		return nil, err
+	}
+	if resource == "" {
+		return nil, errors.New("redlease: resource must not be empty")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
+	}
+	cfg := lease.Config{
+		Resource: resource, Key: e.cfg.KeyPrefix + "{" + resource + "}", Value: newValue(),
+		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
+		Attempts: attempts, Logger: e.cfg.Logger, OnStop: e.forget,
+	}
+	if attempts > 1 {
+		cfg.BackOff = o.newBackOff()
+	}
+	reply := make(chan lease.Result, 1)
+	cfg.Reply = reply
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	// Spawned under the lock so Close sees every actor, and before its
+	// OnStop can run.
+	pid, st := lease.Spawn(e.system, cfg)
+	e.live[st] = pid
+	e.mu.Unlock()
+
+	stop := context.AfterFunc(ctx, func() {
+		e.system.Root.Send(pid, &lease.Cancel{Cause: contextError(ctx)})
+	})
+	r := awaitResult(reply, st)
+	stop()
+	if r.Err != nil {
+		return nil, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
+	}
+	return &Lease{e: e, pid: pid, state: st, resource: resource, value: cfg.Value}, nil
+}
+
+// awaitResult waits for the lease actor's one answer; the actor always
+// answers before it stops, and Stopped guards against it dying first.
+func awaitResult(reply <-chan lease.Result, st *lease.State) lease.Result {
+	select {
+	case r := <-reply:
+		return r
+	case <-st.Stopped():
+		select {
+		case r := <-reply:
+			return r
+		default:
+			return lease.Result{Err: errors.New("redlease: lease actor stopped without an answer")}
+		}
+	}
+}
+
+// contextError is ctx's error, joined with its cause when that differs, so
+// both errors.Is(err, context.Canceled) and the cause match.
+func contextError(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || errors.Is(cause, err) {
+		return err
+	}
+	return errors.Join(err, cause)
+}
+
+func (e *Engine) forget(st *lease.State) {
+	e.mu.Lock()
+	delete(e.live, st)
+	e.mu.Unlock()
+}
+
+// Close releases every lease the engine holds (they end with an error
+// matching ErrReleased and ErrClosed), fails acquisitions in progress with
+// ErrClosed, stops the actors and closes the node clients. It waits for
+// the releases, each bounded by Config.NodeTimeout. Every call on the
+// engine after Close, Close included, returns ErrClosed.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	e.closed = true
+	live := make(map[*lease.State]*actor.PID, len(e.live))
+	for st, pid := range e.live {
+		live[st] = pid
+	}
+	e.mu.Unlock()
+
+	closing := &lease.Close{Err: errClosedLease}
+	for _, pid := range live {
+		e.system.Root.Send(pid, closing)
+	}
+	for st := range live {
+		<-st.Stopped()
+	}
+	for _, n := range e.nodes {
+		n.Stop()
+	}
+	if e.ownSystem {
+		e.system.Shutdown()
+	}
+	return nil
+}
+
+// errClosedLease ends the leases of a closing engine.
+var errClosedLease = fmt.Errorf("%w: %w", ErrReleased, ErrClosed)
+
+// newValue is a lease's owner value: 20 random bytes, URL-safe base64.
+func newValue() string {
+	var b [20]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

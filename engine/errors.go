@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
+)
+
+// Errors of the engine and its leases. Compare with errors.Is.
+var (
+	// ErrNotAcquired: Acquire or TryAcquire did not get the lease. The
+	// error is an *AcquireError with each node's outcome.
+	ErrNotAcquired = errors.New("redlease: not acquired")
+	// ErrReleased: the lease was released.
+	ErrReleased = lease.ErrReleased
+	// ErrExpired: the lease reached its validity deadline.
+	ErrExpired = lease.ErrExpired
+	// ErrLeaseLost: the lease ended before its deadline without a release
+	// by its holder.
+	ErrLeaseLost = lease.ErrLeaseLost
+	// ErrClosed: the engine is closed. Leases it held end with an error
+	// matching both ErrReleased and ErrClosed.
+	ErrClosed = errors.New("redlease: engine closed")
+)
+
+// Outcome is one node's answer in a round.
+type Outcome = node.Outcome
+
+// The outcomes of a node in a round.
+const (
+	Granted = node.Granted // did what was asked
+	Taken   = node.Taken   // another owner holds the key (release: not ours)
+	Timeout = node.Timeout // no answer within Config.NodeTimeout
+	Failed  = node.Failed  // an error or no connection
+)
+
+// NodeOutcome is what one node answered in a round.
+type NodeOutcome struct {
+	Addr    string
+	Outcome Outcome
+	RTT     time.Duration // zero when the node did not answer
+	Err     error         // for Timeout and Failed
+}
+
+// AcquireError is the error of a failed Acquire or TryAcquire. It matches
+// ErrNotAcquired, and its Cause (a context's error, ErrClosed) through
+// errors.Is.
+type AcquireError struct {
+	Resource string
+	Attempts int           // rounds tried
+	Nodes    []NodeOutcome // of the last round, in Config.Nodes order
+	Cause    error         // what ended the attempts
+}
+
+func (e *AcquireError) Error() string {
+	return fmt.Sprintf("redlease: %q not acquired after %d attempt(s): %v [%s]",
+		e.Resource, e.Attempts, e.Cause, outcomes(e.Nodes))
+}
+
+// Is reports whether target is ErrNotAcquired.
+func (e *AcquireError) Is(target error) bool { return target == ErrNotAcquired }
+
+// Unwrap returns the Cause.
+func (e *AcquireError) Unwrap() error { return e.Cause }
+
+// ReleaseError is returned by Release when fewer than a quorum of nodes
+// confirmed it: the lease has ended all the same, but its key may block
+// other owners on the nodes that did not answer until the TTL passes.
+type ReleaseError struct {
+	Resource string
+	Nodes    []NodeOutcome
+}
+
+func (e *ReleaseError) Error() string {
+	return fmt.Sprintf("redlease: release of %q not confirmed by a quorum: [%s]", e.Resource, outcomes(e.Nodes))
+}
+
+func outcomes(nodes []NodeOutcome) string {
+	var b strings.Builder
+	for i, n := range nodes {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s: %v", n.Addr, n.Outcome)
+		if n.Err != nil {
+			fmt.Fprintf(&b, " (%v)", n.Err)
+		}
+	}
+	return b.String()
+}
+
+// nodeOutcomes names the votes of a round; a node that did not answer in
+// time is a Timeout.
+func (e *Engine) nodeOutcomes(votes []node.Vote) []NodeOutcome {
+	out := make([]NodeOutcome, len(e.cfg.Nodes))
+	for i, addr := range e.cfg.Nodes {
+		out[i] = NodeOutcome{Addr: addr, Outcome: Timeout, Err: errNoAnswer}
+		if i < len(votes) && votes[i].Outcome != 0 {
+			v := votes[i]
+			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err}
+		}
+	}
+	return out
+}
+
+var errNoAnswer = errors.New("no answer before the round ended")

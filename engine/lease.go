@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/redlease/redlease/lease"
+)
+
+// Lease is a held lock on a resource. Its methods are safe for concurrent
+// use. Done and Err are the source of truth for whether it is still held:
+// the holder must stop its protected work when Done closes, and in any case
+// by Until.
+type Lease struct {
+	e        *Engine
+	pid      *actor.PID
+	state    *lease.State
+	resource string
+	value    string
+}
+
+// Resource is the name the lease was acquired for.
+func (l *Lease) Resource() string { return l.resource }
+
+// Value is the lease's owner value, stored at <KeyPrefix>{<resource>} on
+// the nodes that granted it: 20 random bytes, URL-safe base64.
+func (l *Lease) Value() string { return l.value }
+
+// Until is the validity deadline: the start of the winning round plus
+// TTL − drift. It carries a monotonic clock reading, so it is immune to
+// wall-clock jumps on this host.
+func (l *Lease) Until() time.Time { return l.state.Until() }
+
+// Done is closed when the lease ends, for any reason: released, expired at
+// Until, or the engine closed. The lease actor closes it, exactly once.
+func (l *Lease) Done() <-chan struct{} { return l.state.Done() }
+
+// Err is nil while the lease is held; after Done closed it says why it
+// ended: ErrReleased, ErrExpired or ErrLeaseLost (and ErrClosed with
+// ErrReleased when the engine closed).
+func (l *Lease) Err() error { return l.state.Err() }
+
+// Release deletes the lease's key on every node that holds it with this
+// lease's value (another owner's key is never touched) and ends the lease
+// with ErrReleased: Done closes at once. It waits for the nodes' answers,
+// at most Config.NodeTimeout, or until ctx ends (the release goes on). It
+// returns nil when a quorum confirmed, a *ReleaseError when not, and the
+// lease's Err when it had already ended.
+func (l *Lease) Release(ctx context.Context) error {
+	select {
+	case <-l.state.Done():
+		return l.state.Err()
+	default:
+	}
+	reply := make(chan lease.ReleaseResult, 1)
+	l.e.system.Root.Send(l.pid, &lease.Release{Reply: reply})
+	var r lease.ReleaseResult
+	select {
+	case r = <-reply:
+	case <-ctx.Done():
+		return contextError(ctx)
+	case <-l.state.Stopped():
+		select {
+		case r = <-reply:
+		default:
+			return l.state.Err()
+		}
+	}
+	if r.Err != nil {
+		return r.Err
+	}
+	confirmed := 0
+	for _, v := range r.Votes {
+		if v.Outcome == Granted || v.Outcome == Taken {
+			confirmed++
+		}
+	}
+	if confirmed < lease.Quorum(len(l.e.cfg.Nodes)) {
+		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes)}
+	}
+	return nil
+}

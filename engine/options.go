@@ -1,0 +1,47 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Option tunes one Acquire or TryAcquire call.
+type Option func(*options)
+
+type options struct {
+	ttl        time.Duration
+	newBackOff func() backoff.BackOff
+}
+
+// WithTTL sets the lease's TTL for this call instead of Config.TTL. It must
+// exceed the drift allowance (TTL·DriftFactor + 2ms).
+func WithTTL(d time.Duration) Option {
+	return func(o *options) { o.ttl = d }
+}
+
+// WithRetry replaces Config.RetryBackOff for this call: newBackOff makes the
+// schedule of waits between rounds (a factory, since a BackOff is stateful).
+// Config.RetryAttempts and the context still bound the attempts.
+func WithRetry(newBackOff func() backoff.BackOff) Option {
+	return func(o *options) { o.newBackOff = newBackOff }
+}
+
+func (e *Engine) options(opts []Option) (options, error) {
+	o := options{ttl: e.cfg.TTL, newBackOff: e.cfg.RetryBackOff}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := checkTTL(o.ttl, e.cfg.DriftFactor); err != nil {
+		return o, fmt.Errorf("redlease: WithTTL %w", err)
+	}
+	if o.ttl <= e.cfg.NodeTimeout {
+		return o, fmt.Errorf("redlease: WithTTL must exceed NodeTimeout (%v), got %v", e.cfg.NodeTimeout, o.ttl)
+	}
+	if o.newBackOff == nil {
+		return o, errors.New("redlease: WithRetry needs a BackOff factory, got nil")
+	}
+	return o, nil
+}

@@ -1,0 +1,493 @@
+// Package redisproc starts real redis-server processes on loopback for tests
+// and benchmarks, and breaks them on demand: kill, pause (SIGSTOP), resume
+// (SIGCONT) and restart on the same port with an empty dataset.
+//
+// Every process runs without persistence, listens only on 127.0.0.1 and
+// writes its output to a log file in its own temporary directory. Close
+// kills every process and removes the directories; on Linux the processes
+// are also killed by the kernel if the parent process dies first.
+package redisproc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+const (
+	// readyTimeout bounds how long a new process may take to answer PING.
+	readyTimeout = 10 * time.Second
+	// bindAttempts is how often a start is tried when the port is busy.
+	bindAttempts = 20
+	// logTail is how many bytes of the log a start error quotes.
+	logTail = 2048
+)
+
+// notFound is the error text when redis-server is not installed.
+const notFound = "redis-server not found on PATH: install it with 'apt-get install redis-server' (Debian/Ubuntu)"
+
+var errClosed = errors.New("redisproc: node is closed")
+
+// errBusy marks a start that failed because the port was taken.
+var errBusy = errors.New("address already in use")
+
+// Cluster is a set of independent redis-server processes (not a Redis
+// Cluster: the nodes know nothing of each other).
+type Cluster struct {
+	// Nodes are the processes, in start order.
+	Nodes []*Node
+}
+
+// StartNodes starts n redis-server processes on free loopback ports and
+// waits until each answers PING. On any error it stops what it started.
+func StartNodes(n int) (*Cluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("redisproc: need at least one node, got %d", n)
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, errors.New(notFound)
+	}
+	c := &Cluster{}
+	for range n {
+		node, err := newNode(bin)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.Nodes = append(c.Nodes, node)
+	}
+	return c, nil
+}
+
+// Start is StartNodes for tests: it fails the test on error (it never
+// skips) and registers Close with t.Cleanup.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c, err := StartNodes(n)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// Addrs returns the "127.0.0.1:port" address of every node.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// Close kills every process (paused ones too), waits for them, closes the
+// clients and removes the temporary directories. It is idempotent.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		n.close()
+	}
+}
+
+// Node is one redis-server process. Its port stays the same across Restart.
+// All methods are safe for concurrent use.
+type Node struct {
+	bin  string
+	port int
+	dir  string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd     // nil while not running
+	exited chan struct{} // closed when cmd.Wait returns
+	client rueidis.Client
+	gen    int // bumped whenever the process is killed or replaced
+	closed bool
+}
+
+// newNode starts a process on a free port, picking another port if the
+// chosen one is taken before redis-server binds it.
+func newNode(bin string) (*Node, error) {
+	dir, err := os.MkdirTemp("", "redisproc-")
+	if err != nil {
+		return nil, fmt.Errorf("redisproc: %w", err)
+	}
+	n := &Node{bin: bin, dir: dir}
+	for range bindAttempts {
+		if n.port, err = freePort(); err != nil {
+			break
+		}
+		if err = n.launch(); !errors.Is(err, errBusy) {
+			break
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return n, nil
+}
+
+// freePort returns a loopback TCP port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("redisproc: finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// launch starts redis-server on n.port, logging to redis.log in n.dir
+// (truncated on each start), and waits until it answers PING. The caller
+// holds n.mu or has not shared n yet.
+func (n *Node) launch() error {
+	logPath := filepath.Join(n.dir, "redis.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("redisproc: %w", err)
+	}
+	cmd := exec.Command(n.bin,
+		"--port", strconv.Itoa(n.port),
+		"--bind", "127.0.0.1",
+		"--protected-mode", "no",
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--logfile", "",
+		"--dir", n.dir,
+	)
+	cmd.Dir = n.dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = sysProcAttr()
+	err = cmd.Start()
+	logFile.Close() // the child has its own copy
+	if err != nil {
+		return fmt.Errorf("redisproc: starting redis-server: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait() // the only Wait for this process
+		close(exited)
+	}()
+
+	if err := waitReady(n.Addr(), cmd.Process.Pid, exited); err != nil {
+		cmd.Process.Kill()
+		<-exited
+		tail := readTail(logPath)
+		if strings.Contains(tail, "Address already in use") {
+			err = errBusy
+		}
+		return fmt.Errorf("redisproc: redis-server on port %d did not start: %w; log tail:\n%s", n.port, err, tail)
+	}
+	n.cmd, n.exited = cmd, exited
+	return nil
+}
+
+// waitReady polls addr until the process with the given pid answers, the
+// process exits or readyTimeout passes. Checking the pid, not just PONG,
+// guards against another redis-server that grabbed the port first.
+func waitReady(addr string, pid int, exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		err := probe(addr, pid)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("process exited")
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %v: %w", readyTimeout, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// probe sends PING and INFO server over a fresh connection and checks that
+// the answer is PONG from process pid.
+func probe(addr string, pid int) error {
+	conn, err := net.DialTimeout("tcp", addr, 250*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(250 * time.Millisecond))
+	if _, err := conn.Write([]byte("PING\r\nINFO server\r\n")); err != nil {
+		return err
+	}
+	r := bufio.NewReader(conn)
+	if line, err := r.ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		return fmt.Errorf("PING: reply %q, %v", line, err)
+	}
+	header, err := r.ReadString('\n') // "$<length>\r\n"
+	if err != nil {
+		return fmt.Errorf("INFO: %w", err)
+	}
+	size, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(header, "$")))
+	if err != nil {
+		return fmt.Errorf("INFO: bad reply header %q", header)
+	}
+	info := make([]byte, size)
+	if _, err := io.ReadFull(r, info); err != nil {
+		return fmt.Errorf("INFO: %w", err)
+	}
+	if !strings.Contains(string(info), "\nprocess_id:"+strconv.Itoa(pid)+"\r") {
+		return fmt.Errorf("%s is served by another process than pid %d", addr, pid)
+	}
+	return nil
+}
+
+// readTail returns the last logTail bytes of the file at path.
+func readTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	if len(b) > logTail {
+		b = b[len(b)-logTail:]
+	}
+	return string(b)
+}
+
+// Addr returns the node's "127.0.0.1:port" address.
+func (n *Node) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port))
+}
+
+// Kill sends SIGKILL and waits for the process to exit, so the port is
+// free when it returns. It works on paused processes too.
+func (n *Node) Kill() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errClosed
+	}
+	if n.cmd == nil {
+		return fmt.Errorf("redisproc: %s is not running", n.Addr())
+	}
+	n.stopLocked()
+	return nil
+}
+
+// stopLocked kills and reaps the process, if any, and drops the client.
+// The client goes last: rueidis's Close waits for in-flight commands, which
+// against a paused process takes seconds, against a dead one no time.
+func (n *Node) stopLocked() {
+	n.gen++
+	if n.cmd != nil {
+		n.cmd.Process.Kill() // SIGKILL ends stopped processes as well
+		<-n.exited
+		n.cmd, n.exited = nil, nil
+	}
+	if n.client != nil {
+		n.client.Close()
+		n.client = nil
+	}
+}
+
+// Pause sends SIGSTOP: the process keeps its connections but stops
+// answering until Resume. Pause returns once the process is stopped.
+func (n *Node) Pause() error {
+	return n.signal(syscall.SIGSTOP, 'T')
+}
+
+// Resume sends SIGCONT to a paused process.
+func (n *Node) Resume() error {
+	return n.signal(syscall.SIGCONT, 0)
+}
+
+// signal sends sig and, if want is not 0, waits until /proc reports that
+// state for the process (where /proc exists).
+func (n *Node) signal(sig syscall.Signal, want byte) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errClosed
+	}
+	if n.cmd == nil {
+		return fmt.Errorf("redisproc: %s is not running", n.Addr())
+	}
+	if err := n.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("redisproc: %s: %w", n.Addr(), err)
+	}
+	if want == 0 {
+		return nil
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", n.cmd.Process.Pid)
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return nil // no /proc: trust the signal
+		}
+		// The state follows the command name, which is in parentheses.
+		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && i+2 < len(b) && b[i+2] == want {
+			return nil
+		}
+	}
+	return fmt.Errorf("redisproc: %s did not reach state %c after %v", n.Addr(), want, sig)
+}
+
+// Restart kills the process if it is running and starts a new one on the
+// same port with an empty dataset (and a new run_id), retrying while the
+// port is briefly busy. It waits until the new process answers PING.
+func (n *Node) Restart() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errClosed
+	}
+	n.stopLocked()
+	var err error
+	for range bindAttempts {
+		if err = n.launch(); !errors.Is(err, errBusy) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return err
+}
+
+// close kills the process, closes the client and removes the directory.
+func (n *Node) close() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
+	n.stopLocked()
+	n.closed = true
+	os.RemoveAll(n.dir)
+}
+
+// redis returns the node's client, creating it if needed. NewClient
+// connects at once, so it runs without holding n.mu.
+func (n *Node) redis() (rueidis.Client, error) {
+	for {
+		n.mu.Lock()
+		if n.closed {
+			n.mu.Unlock()
+			return nil, errClosed
+		}
+		if c := n.client; c != nil {
+			n.mu.Unlock()
+			return c, nil
+		}
+		gen := n.gen
+		n.mu.Unlock()
+
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, DisableCache: true})
+		if err != nil {
+			return nil, fmt.Errorf("redisproc: connecting to %s: %w", n.Addr(), err)
+		}
+		n.mu.Lock()
+		if n.closed || n.gen != gen || n.client != nil {
+			// Killed, restarted or raced by another caller: try again.
+			n.mu.Unlock()
+			c.Close()
+			continue
+		}
+		n.client = c
+		n.mu.Unlock()
+		return c, nil
+	}
+}
+
+// Do runs one command and returns its reply as plain Go values: string,
+// int64, float64, bool, []any, map[string]any, or nil for a nil reply.
+func (n *Node) Do(ctx context.Context, args ...string) (any, error) {
+	if len(args) == 0 {
+		return nil, errors.New("redisproc: Do needs a command")
+	}
+	c, err := n.redis()
+	if err != nil {
+		return nil, err
+	}
+	v, err := c.Do(ctx, c.B().Arbitrary(args[0]).Args(args[1:]...).Build()).ToAny()
+	if rueidis.IsRedisNil(err) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// Get returns the value of key; ok is false when the key does not exist.
+func (n *Node) Get(ctx context.Context, key string) (value string, ok bool, err error) {
+	c, err := n.redis()
+	if err != nil {
+		return "", false, err
+	}
+	value, err = c.Do(ctx, c.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false, nil
+	}
+	return value, err == nil, err
+}
+
+// Set sets key to value. A ttl of 0 means no expiry; a positive ttl is
+// rounded up to whole milliseconds.
+func (n *Node) Set(ctx context.Context, key, value string, ttl time.Duration) error {
+	c, err := n.redis()
+	if err != nil {
+		return err
+	}
+	set := c.B().Set().Key(key).Value(value)
+	if ttl > 0 {
+		ms := (ttl + time.Millisecond - 1) / time.Millisecond
+		return c.Do(ctx, set.PxMilliseconds(int64(ms)).Build()).Error()
+	}
+	return c.Do(ctx, set.Build()).Error()
+}
+
+// PTTL returns the remaining time to live of key. As in Redis, it returns
+// -1ms for a key without expiry and -2ms for a missing key.
+func (n *Node) PTTL(ctx context.Context, key string) (time.Duration, error) {
+	c, err := n.redis()
+	if err != nil {
+		return 0, err
+	}
+	ms, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+	return time.Duration(ms) * time.Millisecond, err
+}
+
+// Keys returns the keys matching pattern (KEYS; fine for test datasets).
+func (n *Node) Keys(ctx context.Context, pattern string) ([]string, error) {
+	c, err := n.redis()
+	if err != nil {
+		return nil, err
+	}
+	return c.Do(ctx, c.B().Keys().Pattern(pattern).Build()).AsStrSlice()
+}
+
+// RunID returns the run_id from INFO server; it changes on every restart.
+func (n *Node) RunID(ctx context.Context) (string, error) {
+	c, err := n.redis()
+	if err != nil {
+		return "", err
+	}
+	info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(info) {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("redisproc: no run_id in INFO server from %s", n.Addr())
+}

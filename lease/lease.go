@@ -1,0 +1,310 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/node"
+)
+
+// Config describes one lease attempt.
+type Config struct {
+	Resource    string
+	Key         string
+	Value       string // the owner's random value
+	TTL         time.Duration
+	DriftFactor float64
+	Nodes       []*actor.PID
+	NodeTimeout time.Duration   // bounds each round
+	Attempts    int             // rounds at most (≥ 1)
+	BackOff     backoff.BackOff // wait between rounds; nil: one round
+	Logger      *slog.Logger
+	Reply       chan<- Result // buffered 1; receives exactly one Result
+	OnStop      func(*State)  // called once the actor stopped
+}
+
+// Spawn starts a lease actor that begins acquiring at once.
+func Spawn(system *actor.ActorSystem, cfg Config) (*actor.PID, *State) {
+	if cfg.Logger == nil {
+		cfg.Logger = actors.Discard
+	}
+	a := &leaseActor{cfg: cfg, system: system, state: newState(), votes: make([]node.Vote, len(cfg.Nodes))}
+	a.tally.n = len(cfg.Nodes)
+	pid := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	return pid, a.state
+}
+
+type phase uint8
+
+const (
+	acquiring phase = iota // a round is out
+	waiting                // backing off between rounds
+	failing                // gave up; the Result goes out once owed votes are in
+	held
+	ended // the lease is over; stops once owed votes are in
+)
+
+type leaseActor struct {
+	cfg    Config
+	system *actor.ActorSystem
+	self   *actor.PID
+	state  *State
+
+	phase       phase
+	round       uint64      // number of the last command sent to all nodes
+	start       time.Time   // start of the current acquire round
+	tally       tally       // of the current acquire round
+	votes       []node.Vote // of the current round, by node
+	owed        int         // votes not yet received
+	attempts    int
+	cause       error // why acquiring failed
+	failedVotes []node.Vote
+	replied     bool
+	release     chan<- ReleaseResult // pending Release reply
+
+	roundTimer, retryTimer, expireTimer, lingerTimer *time.Timer
+}
+
+func (a *leaseActor) Receive(ctx actor.Context) {
+	defer actors.Recover(func(reason any) { a.crash(ctx, reason) })
+	switch m := ctx.Message().(type) {
+	case *node.Vote:
+		a.owed--
+		a.vote(m)
+	case *actor.Started:
+		a.self = ctx.Self()
+		a.startRound()
+	case *roundTimeout:
+		if a.phase == acquiring && m.round == a.round {
+			a.roundFailed(errRoundTimeout)
+		}
+	case *retry:
+		if a.phase == waiting {
+			a.startRound()
+		}
+	case *expire:
+		if a.phase == held {
+			a.sendAll(a.releaseCmd) // eager: the keys may outlive the validity
+			a.end(ErrExpired)
+		}
+	case *Release:
+		a.onRelease(m)
+	case *Cancel:
+		a.abort(m.Cause)
+	case *Close:
+		if a.phase == held {
+			a.sendAll(a.releaseCmd)
+			a.end(m.Err)
+		} else {
+			a.abort(m.Err)
+		}
+	case *linger:
+		a.owed = 0
+	case *actor.Stopped:
+		a.stopTimers()
+		close(a.state.stopped)
+		if a.cfg.OnStop != nil {
+			a.cfg.OnStop(a.state)
+		}
+		return
+	}
+	a.maybeStop(ctx)
+}
+
+func (a *leaseActor) startRound() {
+	a.phase = acquiring
+	a.attempts++
+	a.tally = tally{n: len(a.cfg.Nodes)}
+	a.start = time.Now()
+	a.sendAll(a.acquireCmd)
+	a.roundTimer = actors.After(a.system, a.cfg.NodeTimeout, a.self, &roundTimeout{round: a.round})
+}
+
+// sendAll starts a new round: one command to every node.
+func (a *leaseActor) sendAll(cmd func(r node.Request) node.Command) {
+	a.round++
+	clear(a.votes)
+	for _, pid := range a.cfg.Nodes {
+		a.system.Root.Send(pid, cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self}))
+	}
+	a.owed += len(a.cfg.Nodes)
+}
+
+func (a *leaseActor) acquireCmd(r node.Request) node.Command {
+	return &node.Acquire{Request: r, TTL: a.cfg.TTL}
+}
+
+func (a *leaseActor) releaseCmd(r node.Request) node.Command {
+	return &node.Release{Request: r}
+}
+
+func (a *leaseActor) vote(v *node.Vote) {
+	if v.Round != a.round {
+		return // from an earlier round
+	}
+	a.votes[v.Node] = *v
+	if a.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		a.cfg.Logger.Debug("redlease: vote", "resource", a.cfg.Resource, "node", v.Node,
+			"round", v.Round, "outcome", v.Outcome, "rtt", v.RTT, "err", v.Err)
+	}
+	if a.phase != acquiring {
+		return
+	}
+	a.tally.add(v.Outcome)
+	switch {
+	case a.tally.won():
+		if Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) > 0 {
+			a.hold()
+		} else {
+			a.roundFailed(errTooSlow)
+		}
+	case a.tally.lost():
+		a.roundFailed(nil)
+	}
+}
+
+func (a *leaseActor) hold() {
+	a.roundTimer.Stop()
+	a.phase = held
+	a.state.start = a.start
+	a.state.until.Store(int64(a.cfg.TTL - Drift(a.cfg.TTL, a.cfg.DriftFactor)))
+	a.expireTimer = actors.After(a.system, time.Until(a.state.Until()), a.self, &expire{})
+	a.reply(Result{Attempts: a.attempts})
+	a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
+		"until", a.state.Until())
+}
+
+// roundFailed cleans up after a round that did not win and retries or gives
+// up. cause is nil when the nodes simply refused.
+func (a *leaseActor) roundFailed(cause error) {
+	a.roundTimer.Stop()
+	a.failedVotes = append(a.failedVotes[:0], a.votes...)
+	a.sendAll(a.releaseCmd) // all N: a grant may be on its way from any node
+	if a.attempts >= a.cfg.Attempts || a.cfg.BackOff == nil {
+		a.giveUp(cause)
+		return
+	}
+	d := a.cfg.BackOff.NextBackOff()
+	if d == backoff.Stop {
+		a.giveUp(cause)
+		return
+	}
+	a.phase = waiting
+	a.retryTimer = actors.After(a.system, d, a.self, &retry{})
+}
+
+// abort gives up acquiring because of cause (a context or the engine).
+func (a *leaseActor) abort(cause error) {
+	switch a.phase {
+	case acquiring:
+		a.roundTimer.Stop()
+		a.failedVotes = append(a.failedVotes[:0], a.votes...)
+		a.sendAll(a.releaseCmd)
+		a.giveUp(cause)
+	case waiting:
+		a.retryTimer.Stop()
+		a.giveUp(cause)
+	}
+}
+
+func (a *leaseActor) giveUp(cause error) {
+	if cause == nil {
+		cause = errRefused
+	}
+	a.phase = failing
+	a.cause = cause
+	a.startLinger()
+}
+
+func (a *leaseActor) onRelease(m *Release) {
+	if a.phase != held {
+		m.Reply <- ReleaseResult{Err: a.state.Err()}
+		return
+	}
+	a.release = m.Reply
+	a.sendAll(a.releaseCmd)
+	a.end(ErrReleased)
+}
+
+// end closes Done with err and stops the lease's timers.
+func (a *leaseActor) end(err error) {
+	a.phase = ended
+	a.stopTimers()
+	a.state.err = err
+	close(a.state.done)
+	a.cfg.Logger.Info("redlease: lease ended", "resource", a.cfg.Resource, "err", err)
+	a.startLinger()
+}
+
+// startLinger bounds the wait for owed votes, should a node actor not
+// answer (it always does, by the node timeout; this is the safety net).
+func (a *leaseActor) startLinger() {
+	if a.owed > 0 {
+		a.lingerTimer = actors.After(a.system, 2*a.cfg.NodeTimeout+100*time.Millisecond, a.self, &linger{})
+	}
+}
+
+// maybeStop answers and stops once the actor is done and owes nothing.
+func (a *leaseActor) maybeStop(ctx actor.Context) {
+	if a.owed > 0 || (a.phase != failing && a.phase != ended) {
+		return
+	}
+	if a.phase == failing && !a.replied {
+		a.reply(Result{Err: a.cause, Attempts: a.attempts, Votes: a.failedVotes})
+	}
+	if a.release != nil {
+		a.release <- ReleaseResult{Votes: a.votes}
+		a.release = nil
+	}
+	a.stopTimers()
+	ctx.Stop(a.self)
+}
+
+func (a *leaseActor) reply(r Result) {
+	if !a.replied {
+		a.replied = true
+		a.cfg.Reply <- r
+	}
+}
+
+func (a *leaseActor) stopTimers() {
+	for _, t := range []*time.Timer{a.roundTimer, a.retryTimer, a.expireTimer, a.lingerTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// crash ends whatever the actor was doing with an error instead of letting
+// protoactor restart it with empty state.
+func (a *leaseActor) crash(ctx actor.Context, reason any) {
+	err := fmt.Errorf("redlease: lease actor panicked: %v", reason)
+	a.cfg.Logger.Error("redlease: lease actor panicked", "resource", a.cfg.Resource, "panic", reason)
+	switch a.phase {
+	case held:
+		a.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+	case acquiring, waiting, failing:
+		a.reply(Result{Err: err, Attempts: a.attempts})
+		if a.phase != failing {
+			a.sendAll(a.releaseCmd)
+		}
+	}
+	if a.release != nil {
+		a.release <- ReleaseResult{Err: err}
+		a.release = nil
+	}
+	a.stopTimers()
+	ctx.Stop(a.self)
+}
+
+var (
+	errRefused      = fmt.Errorf("redlease: a quorum of nodes refused")
+	errRoundTimeout = fmt.Errorf("redlease: no quorum within the node timeout")
+	errTooSlow      = fmt.Errorf("redlease: quorum reached after the validity ran out")
+)

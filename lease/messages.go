@@ -1,0 +1,64 @@
+package lease
+
+import (
+	"errors"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/node"
+)
+
+// Sentinel errors a lease ends with. The engine re-exports them.
+var (
+	ErrReleased  = errors.New("redlease: lease released")
+	ErrExpired   = errors.New("redlease: lease expired")
+	ErrLeaseLost = errors.New("redlease: lease lost")
+)
+
+// Result answers the acquirer, once. On success Err is nil and the State
+// holds the validity deadline.
+type Result struct {
+	Err      error       // nil: held; otherwise why not: refused, too slow, a context error, a close
+	Attempts int         // rounds tried
+	Votes    []node.Vote // failure only: the last acquire round, by node; a zero Outcome means no answer
+}
+
+// ReleaseResult answers a Release.
+type ReleaseResult struct {
+	Err   error       // set when the lease had already ended: its Err
+	Votes []node.Vote // by node; a zero Outcome means no answer
+}
+
+// message seals the set the lease actor accepts from outside.
+type message interface{ leaseMessage() }
+
+// Release asks the actor to release the held lease on every node and end it
+// with ErrReleased. Reply (buffered 1) receives the node outcomes.
+type Release struct {
+	actors.Late
+	Reply chan<- ReleaseResult
+}
+
+// Cancel tells an actor still acquiring that its caller's context ended.
+type Cancel struct {
+	actors.Late
+	Cause error
+}
+
+// Close tells the actor that the engine closes: give up acquiring, or
+// release the held lease and end it with Err.
+type Close struct {
+	actors.Late
+	Err error
+}
+
+func (*Release) leaseMessage() {}
+func (*Cancel) leaseMessage()  {}
+func (*Close) leaseMessage()   {}
+
+// Timer messages, from the actor to itself.
+type (
+	roundTimeout struct{ round uint64 }
+	retry        struct{}
+	expire       struct{}
+	linger       struct{}
+)

@@ -1,0 +1,91 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/redlease/redlease/actors"
+)
+
+// Request is what every command to a node carries: whose key, for which
+// round of the sender, and where the Vote goes.
+type Request struct {
+	Key     string
+	Value   string     // the lease owner's random value
+	Round   uint64     // echoed in the Vote so the sender can drop stale ones
+	ReplyTo *actor.PID // receives exactly one *Vote
+}
+
+func (r *Request) request() *Request { return r }
+
+// Command is sealed: *Acquire, *Extend and *Release.
+type Command interface{ request() *Request }
+
+// Acquire asks the node to set Key to Value with TTL unless another owner
+// holds it. Granted if the key was free or already Value's.
+type Acquire struct {
+	Request
+	TTL time.Duration
+}
+
+// Extend asks the node to reset Key's TTL if Value still holds it.
+type Extend struct {
+	Request
+	TTL time.Duration
+}
+
+// Release asks the node to delete Key if Value holds it.
+type Release struct {
+	Request
+}
+
+// Outcome is a node's answer to one command.
+type Outcome uint8
+
+const (
+	// Granted: the node did what was asked (set, extended or deleted).
+	Granted Outcome = iota + 1
+	// Taken: another owner holds the key (for release and extend: the key
+	// is not this owner's, whether absent or someone else's).
+	Taken
+	// Timeout: no answer within the node timeout.
+	Timeout
+	// Failed: the node answered with an error or could not be reached.
+	Failed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Granted:
+		return "granted"
+	case Taken:
+		return "taken"
+	case Timeout:
+		return "timeout"
+	case Failed:
+		return "error"
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Vote is a node's answer to one command.
+type Vote struct {
+	actors.Late               // may arrive after the lease actor ended
+	Node        int           // index of the node in the engine's list
+	Round       uint64        // the command's Round
+	Outcome     Outcome       // what the node did
+	RTT         time.Duration // from the command reaching the node actor to the answer
+	Err         error         // set for Timeout and Failed
+}
+
+// ErrStopped answers commands still queued when the node actor stops.
+var ErrStopped = errors.New("redlease: node actor stopped")
+
+// sent reports a finished batch back to the node actor, returning the
+// batch's slice for reuse.
+type sent struct {
+	batch []entry
+}
