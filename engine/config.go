@@ -133,7 +133,7 @@ func (c *Config) validate() error {
 		}
 		seen[addr] = i
 	}
-	if c.DriftFactor <= 0 || c.DriftFactor >= 0.5 {
+	if !(c.DriftFactor > 0 && c.DriftFactor < 0.5) { // NaN too
 		bad("DriftFactor must be in (0, 0.5), got %v", c.DriftFactor)
 	}
 	if err := checkTTL(c.TTL, c.DriftFactor); err != nil {

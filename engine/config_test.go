@@ -1,0 +1,250 @@
+package engine
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/redis/rueidis"
+)
+
+// TestConfigValidation passes New invalid Configs: each must fail before
+// any dial, with an error naming every bad field and its value.
+func TestConfigValidation(t *testing.T) {
+	ok := []string{"127.0.0.1:1"} // valid, but nothing listens there
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string // substrings of the error
+		errs int      // joined errors: one per bad setting
+	}{
+		{"no nodes", Config{}, []string{"Nodes", "got none"}, 1},
+		{"empty nodes", Config{Nodes: []string{}}, []string{"Nodes", "got none"}, 1},
+		{"no port", Config{Nodes: []string{"localhost"}},
+			[]string{"Nodes[0]", `"localhost"`, "missing port"}, 1},
+		{"port 0", Config{Nodes: []string{"127.0.0.1:0"}},
+			[]string{"Nodes[0]", `"127.0.0.1:0"`, `got "0"`}, 1},
+		{"port 70000", Config{Nodes: []string{"127.0.0.1:1", "127.0.0.1:70000", "127.0.0.1:3"}},
+			[]string{"Nodes[1]", `"127.0.0.1:70000"`, `got "70000"`}, 1},
+		{"port abc", Config{Nodes: []string{"127.0.0.1:abc"}},
+			[]string{"Nodes[0]", `"127.0.0.1:abc"`, `got "abc"`}, 1},
+		{"empty host", Config{Nodes: []string{":6379"}},
+			[]string{"Nodes[0]", `":6379"`, "missing host"}, 1},
+		{"duplicate", Config{Nodes: []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:1"}},
+			[]string{`Nodes[2] "127.0.0.1:1"`, "repeats Nodes[0]"}, 1},
+		// A negative TTL is also below the default NodeTimeout: two errors.
+		{"TTL negative", Config{Nodes: ok, TTL: -time.Second},
+			[]string{"TTL", "got -1s"}, 2},
+		// Drift of 1ms at 0.01 is 10µs + 2ms = 2.01ms.
+		{"TTL below drift", Config{Nodes: ok, TTL: time.Millisecond, NodeTimeout: 500 * time.Microsecond},
+			[]string{"TTL", "drift allowance (2.01ms)", "got 1ms"}, 1},
+		// Drift of 2.5ms at 0.2 is 500µs + 2ms = 2.5ms: no validity left.
+		{"TTL equal to drift", Config{Nodes: ok, TTL: 2500 * time.Microsecond, DriftFactor: 0.2, NodeTimeout: time.Millisecond},
+			[]string{"TTL", "drift allowance (2.5ms)", "got 2.5ms"}, 1},
+		{"DriftFactor negative", Config{Nodes: ok, DriftFactor: -0.1},
+			[]string{"DriftFactor", "got -0.1"}, 1},
+		{"DriftFactor 0.7", Config{Nodes: ok, DriftFactor: 0.7},
+			[]string{"DriftFactor", "got 0.7"}, 1},
+		{"DriftFactor 0.5", Config{Nodes: ok, DriftFactor: 0.5},
+			[]string{"DriftFactor", "got 0.5"}, 1},
+		{"NodeTimeout negative", Config{Nodes: ok, NodeTimeout: -time.Millisecond},
+			[]string{"NodeTimeout", "got -1ms"}, 1},
+		{"NodeTimeout equal to TTL", Config{Nodes: ok, TTL: time.Second, NodeTimeout: time.Second},
+			[]string{"NodeTimeout", "below TTL (1s)", "got 1s"}, 1},
+		{"NodeTimeout above TTL", Config{Nodes: ok, TTL: time.Second, NodeTimeout: 2 * time.Second},
+			[]string{"NodeTimeout", "got 2s"}, 1},
+		{"ConnectTimeout negative", Config{Nodes: ok, ConnectTimeout: -time.Second},
+			[]string{"ConnectTimeout", "got -1s"}, 1},
+		{"RetryAttempts negative", Config{Nodes: ok, RetryAttempts: -3},
+			[]string{"RetryAttempts", "got -3"}, 1},
+		{"two bad fields", Config{Nodes: ok, DriftFactor: 0.7, RetryAttempts: -3},
+			[]string{"DriftFactor", "got 0.7", "RetryAttempts", "got -3"}, 2},
+		{"three bad fields", Config{Nodes: []string{":6379"}, ConnectTimeout: -time.Second, NodeTimeout: -time.Millisecond},
+			[]string{"Nodes[0]", `":6379"`, "ConnectTimeout", "got -1s", "NodeTimeout", "got -1ms"}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var dials atomic.Int32
+			cfg := tt.cfg
+			cfg.Client = rueidis.ClientOption{
+				DialCtxFn: func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+					dials.Add(1)
+					return nil, errors.New("test: dialled")
+				},
+			}
+			e, err := New(cfg)
+			if e != nil {
+				t.Errorf("New returned an engine, want nil")
+				_ = e.Close()
+			}
+			if err == nil {
+				t.Fatalf("New succeeded, want an error containing %q", tt.want)
+			}
+			if n := dials.Load(); n != 0 {
+				t.Errorf("New dialled %d time(s) before rejecting the config: %v", n, err)
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+			if got := joined(err); got != tt.errs {
+				t.Errorf("error joins %d error(s), want %d: %q", got, tt.errs, msg)
+			}
+		})
+	}
+}
+
+// joined counts the errors joined in err (1 for a plain error).
+func joined(err error) int {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return len(j.Unwrap())
+	}
+	return 1
+}
+
+func TestConfigDefaults(t *testing.T) {
+	nodes := []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
+	c := Config{Nodes: nodes}.withDefaults()
+	if len(c.Nodes) != 3 || c.Nodes[0] != nodes[0] || c.Nodes[2] != nodes[2] {
+		t.Errorf("Nodes = %v, want %v", c.Nodes, nodes)
+	}
+	checks := []struct {
+		field     string
+		got, want any
+	}{
+		{"TTL", c.TTL, DefaultTTL},
+		{"DriftFactor", c.DriftFactor, DefaultDriftFactor},
+		{"KeyPrefix", c.KeyPrefix, DefaultKeyPrefix},
+		{"NodeTimeout", c.NodeTimeout, DefaultNodeTimeout},
+		{"ConnectTimeout", c.ConnectTimeout, DefaultConnectTimeout},
+		{"RetryAttempts", c.RetryAttempts, DefaultRetryAttempts},
+		// The documented values, so a changed constant is noticed too.
+		{"DefaultTTL", DefaultTTL, 10 * time.Second},
+		{"DefaultDriftFactor", DefaultDriftFactor, 0.01},
+		{"DefaultKeyPrefix", DefaultKeyPrefix, "redlease:"},
+		{"DefaultNodeTimeout", DefaultNodeTimeout, 50 * time.Millisecond},
+		{"DefaultConnectTimeout", DefaultConnectTimeout, time.Second},
+		{"DefaultRetryAttempts", DefaultRetryAttempts, 32},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %v, want %v", ch.field, ch.got, ch.want)
+		}
+	}
+	if err := c.validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+	if c.RetryBackOff == nil {
+		t.Fatal("RetryBackOff is nil")
+	}
+
+	b := c.RetryBackOff()
+	if b == nil {
+		t.Fatal("RetryBackOff() returned nil")
+	}
+	if b2 := c.RetryBackOff(); b2 == b {
+		t.Error("RetryBackOff() returned the same BackOff twice, want a fresh one per call")
+	}
+	for i := 1; i <= 40; i++ {
+		d := b.NextBackOff()
+		if d == backoff.Stop {
+			t.Fatalf("call %d: NextBackOff() = backoff.Stop", i)
+		}
+		if i == 1 && (d < time.Millisecond || d > 3*time.Millisecond) {
+			t.Errorf("first NextBackOff() = %v, want within [1ms, 3ms]", d)
+		}
+		if d < time.Millisecond || d > 375*time.Millisecond {
+			t.Errorf("call %d: NextBackOff() = %v, want within [1ms, 375ms]", i, d)
+		}
+		// 2ms doubles past 250ms by the 9th call; from then on each wait
+		// is 250ms ± 50%.
+		if i >= 10 && d < 125*time.Millisecond {
+			t.Errorf("call %d: NextBackOff() = %v, want at least 125ms once at the 250ms cap", i, d)
+		}
+	}
+}
+
+func TestConfigDefaultsKeepSetFields(t *testing.T) {
+	custom := func() backoff.BackOff { return &backoff.ZeroBackOff{} }
+	in := Config{
+		Nodes: []string{"127.0.0.1:1"}, TTL: 3 * time.Second, DriftFactor: 0.02, KeyPrefix: "x:",
+		NodeTimeout: 7 * time.Millisecond, ConnectTimeout: 9 * time.Second, RetryAttempts: 4,
+		RetryBackOff: custom,
+	}
+	c := in.withDefaults()
+	if c.TTL != 3*time.Second || c.DriftFactor != 0.02 || c.KeyPrefix != "x:" ||
+		c.NodeTimeout != 7*time.Millisecond || c.ConnectTimeout != 9*time.Second || c.RetryAttempts != 4 {
+		t.Errorf("withDefaults changed set fields: got %+v", c)
+	}
+	if _, ok := c.RetryBackOff().(*backoff.ZeroBackOff); !ok {
+		t.Errorf("withDefaults replaced RetryBackOff: got %T", c.RetryBackOff())
+	}
+}
+
+func TestAcquireErrorMatching(t *testing.T) {
+	canceled := &AcquireError{Resource: "r", Attempts: 2, Cause: context.Canceled}
+	closed := &AcquireError{Resource: "r", Attempts: 1, Cause: ErrClosed}
+	tests := []struct {
+		name   string
+		err    error
+		target error
+		want   bool
+	}{
+		{"canceled is ErrNotAcquired", canceled, ErrNotAcquired, true},
+		{"canceled is context.Canceled", canceled, context.Canceled, true},
+		{"canceled is not ErrClosed", canceled, ErrClosed, false},
+		{"canceled is not DeadlineExceeded", canceled, context.DeadlineExceeded, false},
+		{"wrapped canceled is ErrNotAcquired", fmt.Errorf("wrap: %w", canceled), ErrNotAcquired, true},
+		{"wrapped canceled is context.Canceled", fmt.Errorf("wrap: %w", canceled), context.Canceled, true},
+		{"closed is ErrClosed", closed, ErrClosed, true},
+		{"closed is ErrNotAcquired", closed, ErrNotAcquired, true},
+		{"closed is not context.Canceled", closed, context.Canceled, false},
+		{"closed is not ErrReleased", closed, ErrReleased, false},
+	}
+	for _, tt := range tests {
+		if got := errors.Is(tt.err, tt.target); got != tt.want {
+			t.Errorf("%s: errors.Is(%v, %v) = %v, want %v", tt.name, tt.err, tt.target, got, tt.want)
+		}
+	}
+
+	var ae *AcquireError
+	if !errors.As(fmt.Errorf("wrap: %w", canceled), &ae) {
+		t.Fatal("errors.As into *AcquireError failed through fmt.Errorf")
+	}
+	if ae != canceled {
+		t.Errorf("errors.As gave %p, want %p", ae, canceled)
+	}
+	if ae.Resource != "r" || ae.Attempts != 2 || ae.Cause != context.Canceled {
+		t.Errorf("errors.As gave %+v", ae)
+	}
+	if errors.As(fmt.Errorf("wrap: %w", ErrNotAcquired), &ae) {
+		t.Error("errors.As found an *AcquireError in a plain ErrNotAcquired")
+	}
+}
+
+func TestErrClosedLease(t *testing.T) {
+	tests := []struct {
+		target error
+		want   bool
+	}{
+		{ErrReleased, true},
+		{ErrClosed, true},
+		{ErrExpired, false},
+		{ErrLeaseLost, false},
+		{ErrNotAcquired, false},
+	}
+	for _, tt := range tests {
+		if got := errors.Is(errClosedLease, tt.target); got != tt.want {
+			t.Errorf("errors.Is(errClosedLease, %v) = %v, want %v", tt.target, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,558 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+func newEngine(t *testing.T, addrs []string, tune ...func(*Config)) *Engine {
+	t.Helper()
+	cfg := Config{Nodes: addrs}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+func lockKey(resource string) string { return DefaultKeyPrefix + "{" + resource + "}" }
+
+// values returns the lock key's value on every node ("" when absent).
+func values(t *testing.T, c *redisproc.Cluster, resource string) []string {
+	t.Helper()
+	out := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		v, _, err := n.Get(t.Context(), lockKey(resource))
+		if err != nil {
+			t.Fatalf("GET on node %d: %v", i, err)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+func count(vals []string, want string) int {
+	n := 0
+	for _, v := range vals {
+		if v == want {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAcquireRelease(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	e := newEngine(t, c.Addrs())
+	ctx := t.Context()
+
+	l, err := e.Acquire(ctx, "orders", WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	returned := time.Now()
+	if l.Resource() != "orders" || len(l.Value()) != 27 {
+		t.Fatalf("Resource %q Value %q", l.Resource(), l.Value())
+	}
+	// Validity below TTL − drift (20ms + 2ms), as seen when Acquire returns.
+	if validity := l.Until().Sub(returned); validity >= 2*time.Second-22*time.Millisecond {
+		t.Fatalf("validity %v is not below TTL - drift", validity)
+	}
+	if !l.Until().After(time.Now()) {
+		t.Fatalf("Until %v already passed", l.Until())
+	}
+	if got := count(values(t, c, "orders"), l.Value()); got < 3 {
+		t.Fatalf("lease value on %d nodes, want a majority", got)
+	}
+	select {
+	case <-l.Done():
+		t.Fatal("Done closed while held")
+	default:
+	}
+	if l.Err() != nil {
+		t.Fatalf("Err while held: %v", l.Err())
+	}
+
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatal("Done open after Release")
+	}
+	if !errors.Is(l.Err(), ErrReleased) {
+		t.Fatalf("Err after Release = %v, want ErrReleased", l.Err())
+	}
+	if got := count(values(t, c, "orders"), ""); got != 5 {
+		t.Fatalf("key left on %d nodes after Release", 5-got)
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrReleased) {
+		t.Fatalf("second Release = %v, want ErrReleased", err)
+	}
+}
+
+func TestTryAcquireHeldFailsFast(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	a := newEngine(t, c.Addrs())
+	b := newEngine(t, c.Addrs())
+	ctx := t.Context()
+
+	held, err := a.Acquire(ctx, "report")
+	if err != nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	start := time.Now()
+	_, err = b.TryAcquire(ctx, "report")
+	took := time.Since(start)
+	if !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("TryAcquire on a held resource = %v, want ErrNotAcquired", err)
+	}
+	if took > 500*time.Millisecond {
+		t.Fatalf("TryAcquire took %v to fail", took)
+	}
+	var ae *AcquireError
+	if !errors.As(err, &ae) || ae.Attempts != 1 || len(ae.Nodes) != 5 {
+		t.Fatalf("error %v: want an *AcquireError with 1 attempt and 5 nodes", err)
+	}
+	taken := 0
+	for _, n := range ae.Nodes {
+		if n.Outcome == Taken {
+			taken++
+		}
+	}
+	if taken < 3 {
+		t.Fatalf("%d nodes answered Taken, want at least 3: %v", taken, err)
+	}
+	vals := values(t, c, "report")
+	if got := count(vals, held.Value()); got < 3 || got+count(vals, "") != 5 {
+		t.Fatalf("keys after a failed contender: %q; want the holder's on a majority and no other", vals)
+	}
+}
+
+// A round that wins only a minority must delete its own keys everywhere.
+func TestFailedAttemptCleansUp(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	e := newEngine(t, c.Addrs())
+	ctx := t.Context()
+	for _, i := range []int{0, 2, 4} {
+		if err := c.Nodes[i].Set(ctx, lockKey("job"), "someone-else", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := e.TryAcquire(ctx, "job")
+	var ae *AcquireError
+	if !errors.As(err, &ae) {
+		t.Fatalf("TryAcquire = %v, want *AcquireError", err)
+	}
+	granted := 0
+	for _, n := range ae.Nodes {
+		if n.Outcome == Granted {
+			granted++
+		}
+	}
+	if granted == 0 {
+		t.Fatalf("no node granted, the test did not exercise cleanup: %v", err)
+	}
+	want := []string{"someone-else", "", "someone-else", "", "someone-else"}
+	if got := values(t, c, "job"); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("after the failed attempt keys are %q, want %q", got, want)
+	}
+}
+
+func TestReleaseKeepsForeignKey(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	e := newEngine(t, c.Addrs())
+	ctx := t.Context()
+	l, err := e.Acquire(ctx, "cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes { // as if the lease expired and another owner took it
+		if err := n.Set(ctx, lockKey("cache"), "other-owner", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if got := count(values(t, c, "cache"), "other-owner"); got != 5 {
+		t.Fatalf("other owner's key survives on %d nodes, want 5", got)
+	}
+}
+
+// Every up / down / held-by-another mask of 5 nodes: the lease is held
+// exactly when at least 3 nodes are up and free, and leaves no key of its
+// own behind when it is not.
+func TestQuorumEveryMask(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	e := newEngine(t, c.Addrs(), func(cfg *Config) { cfg.NodeTimeout = time.Second })
+	ctx := t.Context()
+	const (
+		up = iota
+		down
+		held
+	)
+	mask := make([]int, 5)
+	for m := 0; m < 243; m++ {
+		free := 0
+		for i, x := 0, m; i < 5; i, x = i+1, x/3 {
+			mask[i] = x % 3
+			if mask[i] == up {
+				free++
+			}
+		}
+		resource := fmt.Sprintf("mask-%d", m)
+		for i, s := range mask {
+			switch s {
+			case down:
+				if err := c.Nodes[i].Kill(); err != nil {
+					t.Fatal(err)
+				}
+			case held:
+				if err := c.Nodes[i].Set(ctx, lockKey(resource), "foreign", time.Minute); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		l, err := e.TryAcquire(ctx, resource)
+		if (err == nil) != (free >= 3) {
+			t.Fatalf("mask %v (%d free): TryAcquire err = %v, want held=%v", mask, free, err, free >= 3)
+		}
+		for i, s := range mask {
+			if s == down {
+				continue
+			}
+			v, _, gerr := c.Nodes[i].Get(ctx, lockKey(resource))
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			switch {
+			case s == held && v != "foreign":
+				t.Fatalf("mask %v: node %d foreign key became %q", mask, i, v)
+			case s == up && err == nil && v != l.Value():
+				t.Fatalf("mask %v: node %d has %q, want the lease's value", mask, i, v)
+			case s == up && err != nil && v != "":
+				t.Fatalf("mask %v: failed attempt left %q on node %d", mask, v, i)
+			}
+		}
+		if err == nil {
+			if rerr := l.Release(ctx); rerr != nil {
+				t.Fatalf("mask %v: Release: %v", mask, rerr)
+			}
+		}
+		for i, s := range mask {
+			if s == down {
+				if err := c.Nodes[i].Restart(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		waitAllUp(t, e, c)
+	}
+}
+
+// waitAllUp waits until every node holds a probe lease again (after a
+// restart, the first command on the broken connection may fail).
+func waitAllUp(t *testing.T, e *Engine, c *redisproc.Cluster) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l, err := e.TryAcquire(t.Context(), "probe")
+		if err == nil {
+			all := count(values(t, c, "probe"), l.Value()) == len(c.Nodes)
+			if err = l.Release(t.Context()); err == nil && all {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes did not all come back: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stopAfter is a retry schedule of n quick retries.
+func stopAfter(n uint64) func() backoff.BackOff {
+	return func() backoff.BackOff {
+		return backoff.WithMaxRetries(backoff.NewConstantBackOff(time.Millisecond), n)
+	}
+}
+
+func TestMutualExclusion(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	var engines []*Engine
+	for range 3 {
+		engines = append(engines, newEngine(t, c.Addrs(), func(cfg *Config) {
+			cfg.RetryAttempts = 100000
+			cfg.NodeTimeout = 500 * time.Millisecond
+		}))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const goroutines, total = 24, 240
+	var (
+		inside, taken atomic.Int32
+		wg            sync.WaitGroup
+		mu            sync.Mutex
+		last          time.Time // release time of the previous holder
+	)
+	for g := range goroutines {
+		e := engines[g%len(engines)]
+		wg.Go(func() {
+			for taken.Add(1) <= total {
+				l, err := e.Acquire(ctx, "counter")
+				if err != nil {
+					t.Errorf("Acquire: %v", err)
+					return
+				}
+				acquired := time.Now()
+				if n := inside.Add(1); n != 1 {
+					t.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				if acquired.Before(last) {
+					t.Errorf("acquired at %v before the previous release at %v", acquired, last)
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				mu.Lock()
+				last = time.Now()
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("Release: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A minority of paused nodes is not waited on; a majority fails promptly.
+func TestMinorityDownMajorityDown(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	e := newEngine(t, c.Addrs(), func(cfg *Config) { cfg.NodeTimeout = 3 * time.Second })
+	ctx := t.Context()
+
+	for _, i := range []int{1, 3} {
+		if err := c.Nodes[i].Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	l, err := e.Acquire(ctx, "a")
+	if err != nil {
+		t.Fatalf("Acquire with 2 of 5 paused: %v", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Acquire with 2 of 5 paused took %v: it waited on the paused nodes", took)
+	}
+	_ = l.Release(ctx)
+	for _, i := range []int{1, 3} {
+		if err := c.Nodes[i].Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err = e.Acquire(ctx, "b")
+	if err != nil {
+		t.Fatalf("Acquire with 2 of 5 killed: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release with 2 of 5 killed: %v", err)
+	}
+
+	if err := c.Nodes[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_, err = e.Acquire(ctx, "c", WithRetry(stopAfter(3)))
+	if !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire with 3 of 5 killed = %v, want ErrNotAcquired", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Acquire with 3 of 5 killed took %v to fail", took)
+	}
+	var ae *AcquireError
+	if errors.As(err, &ae); ae == nil || ae.Nodes[0].Outcome != Failed {
+		t.Fatalf("want node 0 Failed in %v", err)
+	}
+}
+
+func TestCancelMidRetry(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	a := newEngine(t, c.Addrs())
+	b := newEngine(t, c.Addrs())
+	held, err := a.Acquire(t.Context(), "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(150*time.Millisecond, cancel)
+	start := time.Now()
+	_, err = b.Acquire(ctx, "busy")
+	took := time.Since(start)
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire cancelled mid-retry = %v, want ErrNotAcquired and context.Canceled", err)
+	}
+	var ae *AcquireError
+	if errors.As(err, &ae); ae == nil || ae.Attempts < 2 {
+		t.Fatalf("want several attempts before the cancel, got %v", err)
+	}
+	if took < 150*time.Millisecond || took > time.Second {
+		t.Fatalf("Acquire returned after %v, want soon after the cancel at 150ms", took)
+	}
+	if got := count(values(t, c, "busy"), held.Value()); got != 5 {
+		t.Fatalf("holder's key on %d nodes, want 5", got)
+	}
+
+	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err = b.Acquire(ctx, "busy")
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire past its deadline = %v", err)
+	}
+}
+
+func TestExpiresAtUntil(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	e := newEngine(t, c.Addrs())
+	l, err := e.Acquire(t.Context(), "short", WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done still open 5s after a 300ms lease")
+	}
+	if now := time.Now(); now.Before(l.Until()) {
+		t.Fatalf("Done closed at %v, before Until %v", now, l.Until())
+	}
+	if !errors.Is(l.Err(), ErrExpired) {
+		t.Fatalf("Err = %v, want ErrExpired", l.Err())
+	}
+	if err := l.Release(t.Context()); !errors.Is(err, ErrExpired) {
+		t.Fatalf("Release after expiry = %v, want ErrExpired", err)
+	}
+}
+
+func TestClose(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	ctx := t.Context()
+	e, err := New(Config{Nodes: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leases []*Lease
+	for i := range 3 {
+		l, err := e.Acquire(ctx, fmt.Sprintf("r%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for i, l := range leases {
+		select {
+		case <-l.Done():
+		default:
+			t.Fatalf("lease %d still open after Close", i)
+		}
+		if !errors.Is(l.Err(), ErrReleased) || !errors.Is(l.Err(), ErrClosed) {
+			t.Fatalf("lease %d Err = %v, want ErrReleased and ErrClosed", i, l.Err())
+		}
+		if got := count(values(t, c, l.Resource()), ""); got != 5 {
+			t.Fatalf("lease %d key left on %d nodes after Close", i, 5-got)
+		}
+		if err := l.Release(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Release after Close = %v, want ErrClosed", err)
+		}
+	}
+	if _, err := e.Acquire(ctx, "x"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Acquire after Close = %v, want ErrClosed", err)
+	}
+	if _, err := e.TryAcquire(ctx, "x"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TryAcquire after Close = %v, want ErrClosed", err)
+	}
+	if err := e.Close(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Close = %v, want ErrClosed", err)
+	}
+	// rueidis goroutines of the test's own clients are still running here;
+	// TestMain checks those once every cluster is closed.
+	if leaked := waitNoLeaks(5*time.Second, "redlease/node", "redlease/lease", "redlease/engine.", "protoactor"); leaked != "" {
+		t.Fatalf("goroutines left after Close:\n%s", leaked)
+	}
+}
+
+// Close while an Acquire is retrying fails it with ErrClosed and leaves
+// nothing behind.
+func TestCloseDuringAcquire(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	a := newEngine(t, c.Addrs())
+	if _, err := a.Acquire(t.Context(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Config{Nodes: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(t.Context(), "x")
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrClosed) || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire during Close = %v, want ErrNotAcquired and ErrClosed", err)
+	}
+}
+
+func TestNewNeedsQuorumReachable(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	addrs := c.Addrs()
+	for _, i := range []int{0, 1} {
+		if err := c.Nodes[i].Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newEngine(t, addrs)
+	l, err := e.Acquire(t.Context(), "r")
+	if err != nil {
+		t.Fatalf("Acquire with 2 of 5 down at New: %v", err)
+	}
+	_ = l.Release(t.Context())
+
+	if err := c.Nodes[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	e2, err := New(Config{Nodes: addrs})
+	if err == nil {
+		e2.Close()
+		t.Fatal("New with 3 of 5 nodes down succeeded")
+	}
+	for _, a := range addrs[:3] {
+		if !strings.Contains(err.Error(), a) {
+			t.Fatalf("New error %q does not name %s", err, a)
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package lease
+
+import (
+	"testing"
+	"time"
+)
+
+func TestDrift(t *testing.T) {
+	tests := []struct {
+		ttl    time.Duration
+		factor float64
+		want   time.Duration
+	}{
+		{10 * time.Second, 0.01, 102 * time.Millisecond},         // 100ms + 2ms
+		{time.Second, 0.01, 12 * time.Millisecond},               // 10ms + 2ms
+		{time.Second, 0.1, 102 * time.Millisecond},               // 100ms + 2ms
+		{100 * time.Millisecond, 0.01, 3 * time.Millisecond},     // 1ms + 2ms
+		{3 * time.Millisecond, 0.01, 2030 * time.Microsecond},    // 30µs + 2ms
+		{2 * time.Millisecond, 0.01, 2020 * time.Microsecond},    // 20µs + 2ms
+		{150 * time.Nanosecond, 0.01, 2000001 * time.Nanosecond}, // 1.5ns truncates to 1ns
+		{0, 0.01, 2 * time.Millisecond},                          // the floor alone
+		{10 * time.Second, 0.25, 2502 * time.Millisecond},        // 2.5s + 2ms
+	}
+	for _, tt := range tests {
+		if got := Drift(tt.ttl, tt.factor); got != tt.want {
+			t.Errorf("Drift(%v, %v) = %v, want %v", tt.ttl, tt.factor, got, tt.want)
+		}
+	}
+}
+
+func TestValidity(t *testing.T) {
+	tests := []struct {
+		ttl, elapsed time.Duration
+		factor       float64
+		want         time.Duration
+	}{
+		{10 * time.Second, 0, 0.01, 9898 * time.Millisecond},                     // 10s − 102ms
+		{10 * time.Second, 50 * time.Millisecond, 0.01, 9848 * time.Millisecond}, // 10s − 50ms − 102ms
+		{time.Second, 990 * time.Millisecond, 0.01, -2 * time.Millisecond},       // 1s − 990ms − 12ms
+		{time.Second, 988 * time.Millisecond, 0.01, 0},                           // exactly used up
+		{time.Second, 987 * time.Millisecond, 0.01, time.Millisecond},            // 1s − 987ms − 12ms
+		{100 * time.Millisecond, 0, 0.01, 97 * time.Millisecond},                 // 100ms − 3ms
+		{100 * time.Millisecond, 97 * time.Millisecond, 0.01, 0},                 // 100ms − 97ms − 3ms
+		{3 * time.Millisecond, 0, 0.01, 970 * time.Microsecond},                  // 3ms − 2.03ms
+		{3 * time.Millisecond, time.Millisecond, 0.01, -30 * time.Microsecond},   // 3ms − 1ms − 2.03ms
+		{10 * time.Second, 3 * time.Second, 0.25, 4498 * time.Millisecond},       // 10s − 3s − 2.502s
+	}
+	for _, tt := range tests {
+		if got := Validity(tt.ttl, tt.elapsed, tt.factor); got != tt.want {
+			t.Errorf("Validity(%v, %v, %v) = %v, want %v", tt.ttl, tt.elapsed, tt.factor, got, tt.want)
+		}
+	}
+}
