@@ -66,7 +66,8 @@ type Config struct {
 	// votes of contending clients. backoff.Stop ends the retries.
 	RetryBackOff func() backoff.BackOff
 	// Client is the template for each node's rueidis client (TLS, auth,
-	// dialer). redlease sets InitAddress, DisableCache, ForceSingleClient
+	// dialer; ClientName defaults to "redlease"). redlease sets
+	// InitAddress, DisableCache, ForceSingleClient
 	// and one connection per node (PipelineMultiplex -1), so commands
 	// reach a node in the order they were issued.
 	Client rueidis.ClientOption
@@ -180,6 +181,9 @@ func (c *Config) clientOption(addr string) rueidis.ClientOption {
 	o.DisableCache = true
 	o.ForceSingleClient = true
 	o.PipelineMultiplex = -1
+	if o.ClientName == "" {
+		o.ClientName = "redlease" // so operators find our connections in CLIENT LIST
+	}
 	if o.Dialer.Timeout == 0 {
 		o.Dialer.Timeout = c.ConnectTimeout
 	}

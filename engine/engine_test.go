@@ -494,6 +494,24 @@ func TestClose(t *testing.T) {
 	if err := e.Close(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("second Close = %v, want ErrClosed", err)
 	}
+	// The engine's connections (named "redlease") are closed.
+	for i, n := range c.Nodes {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			list, err := n.Do(ctx, "CLIENT", "LIST")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns := strings.Count(list.(string), "name=redlease ")
+			if conns == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %d has %d connections after Close:\n%s", i, conns, list)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	// rueidis goroutines of the test's own clients are still running here;
 	// TestMain checks those once every cluster is closed.
 	if leaked := waitNoLeaks(5*time.Second, "redlease/node", "redlease/lease", "redlease/engine.", "protoactor"); leaked != "" {
