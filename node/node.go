@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -40,7 +41,18 @@ type Node struct {
 	system  *actor.ActorSystem
 	conn    *conn
 	batches *sync.WaitGroup
+	stats   *Stats
 }
+
+// Stats counts a node actor's work. Read it with atomic loads through
+// Node.Stats; commands per batch is how much pipelining saves.
+type Stats struct {
+	Commands atomic.Uint64 // commands answered by a batch on the wire
+	Batches  atomic.Uint64 // DoMulti calls: round trips
+}
+
+// Stats returns the node's live counters.
+func (n *Node) Stats() *Stats { return n.stats }
 
 // Spawn starts the node actor for cfg.
 func Spawn(system *actor.ActorSystem, cfg Config) *Node {
@@ -53,7 +65,7 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 		conn:   &conn{opt: cfg.Options, client: cfg.Client},
 	}
 	pid := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
-	return &Node{PID: pid, system: system, conn: a.conn, batches: &a.batches}
+	return &Node{PID: pid, system: system, conn: a.conn, batches: &a.batches, stats: &a.stats}
 }
 
 // Stop stops the actor (commands still queued are answered with
@@ -89,6 +101,7 @@ type nodeActor struct {
 	spare   []entry // the last batch's slice, reused
 	busy    bool    // a batch is on the wire
 	batches sync.WaitGroup
+	stats   Stats
 }
 
 func (a *nodeActor) Receive(ctx actor.Context) {
@@ -179,6 +192,8 @@ func (a *nodeActor) send(client rueidis.Client, batch []entry, deadline time.Tim
 		cmds[i] = batch[i].build(client, false)
 	}
 	results := client.DoMulti(ctx, cmds...)
+	a.stats.Batches.Add(1)
+	a.stats.Commands.Add(uint64(len(cmds)))
 
 	// A node restarted without persistence has forgotten the scripts:
 	// send those commands again in full, in their order.

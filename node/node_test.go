@@ -1,0 +1,241 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// harness runs one node actor over a real redis-server and collects its
+// votes on a channel.
+type harness struct {
+	t      *testing.T
+	server *redisproc.Node
+	node   *Node
+	system *actor.ActorSystem
+	inbox  *actor.PID
+	votes  chan *Vote
+}
+
+func newHarness(t *testing.T, timeout time.Duration) *harness {
+	t.Helper()
+	c := redisproc.Start(t, 1)
+	opt := rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true, ForceSingleClient: true, PipelineMultiplex: -1}
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, server: c.Nodes[0], system: actors.NewSystem(nil), votes: make(chan *Vote, 10000)}
+	h.inbox = h.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if v, ok := ctx.Message().(*Vote); ok {
+			h.votes <- v
+		}
+	}))
+	h.node = Spawn(h.system, Config{Addr: c.Addrs()[0], Client: client, Options: opt, Timeout: timeout})
+	t.Cleanup(func() {
+		h.node.Stop()
+		h.system.Shutdown()
+	})
+	return h
+}
+
+func (h *harness) req(key, value string, round uint64) Request {
+	return Request{Key: key, Value: value, Round: round, ReplyTo: h.inbox}
+}
+
+// ask sends one command and waits for its vote.
+func (h *harness) ask(cmd Command) *Vote {
+	h.t.Helper()
+	h.system.Root.Send(h.node.PID, cmd)
+	select {
+	case v := <-h.votes:
+		return v
+	case <-time.After(5 * time.Second):
+		h.t.Fatalf("no vote for %T", cmd)
+		return nil
+	}
+}
+
+func TestVotes(t *testing.T) {
+	h := newHarness(t, time.Second)
+	ctx := t.Context()
+	ttl := 10 * time.Second
+	steps := []struct {
+		name string
+		cmd  Command
+		want Outcome
+	}{
+		{"acquire free key", &Acquire{h.req("k", "me", 1), ttl}, Granted},
+		{"acquire again after a lost reply", &Acquire{h.req("k", "me", 2), ttl}, Granted},
+		{"acquire held key", &Acquire{h.req("k", "other", 3), ttl}, Taken},
+		{"extend own key", &Extend{h.req("k", "me", 4), ttl}, Granted},
+		{"extend foreign key", &Extend{h.req("k", "other", 5), ttl}, Taken},
+		{"release foreign key", &Release{h.req("k", "other", 6)}, Taken},
+		{"release own key", &Release{h.req("k", "me", 7)}, Granted},
+		{"release absent key", &Release{h.req("k", "me", 8)}, Taken},
+		{"extend absent key", &Extend{h.req("k", "me", 9), ttl}, Taken},
+	}
+	for _, s := range steps {
+		v := h.ask(s.cmd)
+		if v.Outcome != s.want || v.Round != s.cmd.request().Round || v.Err != nil {
+			t.Fatalf("%s: vote %+v, want %v for round %d", s.name, v, s.want, s.cmd.request().Round)
+		}
+		if v.RTT <= 0 {
+			t.Fatalf("%s: RTT %v", s.name, v.RTT)
+		}
+		val, ok, err := h.server.Get(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch s.name {
+		case "acquire free key", "acquire held key", "extend foreign key", "release foreign key":
+			if !ok || val != "me" {
+				t.Fatalf("%s: key is %q, want %q", s.name, val, "me")
+			}
+		case "release own key", "release absent key":
+			if ok {
+				t.Fatalf("%s: key still there (%q)", s.name, val)
+			}
+		}
+	}
+}
+
+// The TTL goes to Redis in milliseconds, and an extension resets it.
+func TestTTL(t *testing.T) {
+	h := newHarness(t, time.Second)
+	if v := h.ask(&Acquire{h.req("t", "me", 1), 5 * time.Second}); v.Outcome != Granted {
+		t.Fatalf("acquire: %+v", v)
+	}
+	pttl, err := h.server.PTTL(t.Context(), "t")
+	if err != nil || pttl <= 4*time.Second || pttl > 5*time.Second {
+		t.Fatalf("PTTL after acquire = %v, %v; want just under 5s", pttl, err)
+	}
+	if v := h.ask(&Extend{h.req("t", "me", 2), 60 * time.Second}); v.Outcome != Granted {
+		t.Fatalf("extend: %+v", v)
+	}
+	if pttl, err = h.server.PTTL(t.Context(), "t"); err != nil || pttl <= 59*time.Second {
+		t.Fatalf("PTTL after extend = %v, %v; want just under 60s", pttl, err)
+	}
+}
+
+// Commands that queue while a batch is on the wire share the next round
+// trip, and each still gets its own vote.
+func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
+	h := newHarness(t, 5*time.Second)
+	const n = 3000
+	for i := range n {
+		h.system.Root.Send(h.node.PID, &Acquire{h.req(fmt.Sprintf("b%d", i), "me", uint64(i)), time.Minute})
+	}
+	seen := make(map[uint64]bool, n)
+	for range n {
+		select {
+		case v := <-h.votes:
+			if v.Outcome != Granted || seen[v.Round] {
+				t.Fatalf("vote %+v (seen before: %v)", v, seen[v.Round])
+			}
+			seen[v.Round] = true
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of %d votes", len(seen), n)
+		}
+	}
+	cmds, batches := h.node.Stats().Commands.Load(), h.node.Stats().Batches.Load()
+	if cmds != n || batches*10 > cmds {
+		t.Fatalf("%d commands in %d batches: want them to share round trips (≥10 per batch)", cmds, batches)
+	}
+	keys, err := h.server.Keys(t.Context(), "b*")
+	if err != nil || len(keys) != n {
+		t.Fatalf("%d keys, %v", len(keys), err)
+	}
+}
+
+// A paused node answers Timeout by the deadline, and serves again once
+// resumed.
+func TestPausedNodeTimesOut(t *testing.T) {
+	h := newHarness(t, 100*time.Millisecond)
+	if err := h.server.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	v := h.ask(&Acquire{h.req("p", "me", 1), time.Minute})
+	if took := time.Since(start); v.Outcome != Timeout || took > 2*time.Second {
+		t.Fatalf("vote %+v after %v, want Timeout near 100ms", v, took)
+	}
+	if err := h.server.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for round := uint64(2); ; round++ {
+		v := h.ask(&Acquire{h.req("p", "me", round), time.Minute})
+		if v.Outcome == Granted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node not back after resume: %+v", v)
+		}
+	}
+}
+
+// A node restarted without persistence lost its scripts; commands still
+// work (sent again in full).
+func TestRestartedNodeForgotScripts(t *testing.T) {
+	h := newHarness(t, time.Second)
+	if v := h.ask(&Acquire{h.req("s", "me", 1), time.Minute}); v.Outcome != Granted {
+		t.Fatalf("%+v", v)
+	}
+	if _, err := h.server.Do(t.Context(), "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.ask(&Release{h.req("s", "me", 2)}); v.Outcome != Granted {
+		t.Fatalf("release after SCRIPT FLUSH: %+v", v)
+	}
+	if err := h.server.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for round := uint64(3); ; round++ {
+		v := h.ask(&Acquire{h.req("s", "me", round), time.Minute})
+		if v.Outcome == Granted {
+			break
+		}
+		if v.Outcome != Failed || time.Now().After(deadline) {
+			t.Fatalf("after restart: %+v", v)
+		}
+	}
+}
+
+// Stop answers every command: the one on the wire by its deadline, the
+// queued ones with ErrStopped.
+func TestStopAnswersEveryCommand(t *testing.T) {
+	h := newHarness(t, 300*time.Millisecond)
+	if err := h.server.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		h.system.Root.Send(h.node.PID, &Acquire{h.req("q", "me", uint64(i)), time.Minute})
+	}
+	time.Sleep(50 * time.Millisecond) // the first is on the wire, two queue
+	h.node.Stop()
+	got := map[Outcome]int{}
+	for range 3 {
+		select {
+		case v := <-h.votes:
+			got[v.Outcome]++
+			if v.Outcome == Failed && !errors.Is(v.Err, ErrStopped) {
+				t.Fatalf("queued command answered %v, want ErrStopped", v.Err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("votes so far %v: a command was not answered", got)
+		}
+	}
+	if got[Timeout] != 1 || got[Failed] != 2 {
+		t.Fatalf("outcomes %v, want 1 timeout and 2 failed", got)
+	}
+	_ = h.server.Resume()
+}
