@@ -1,0 +1,229 @@
+package lease
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/node"
+)
+
+// These tests drive one lease actor against node actors that the test
+// answers by hand, to pin down the vote protocol: round numbers, early
+// decisions, cleanup. Behaviour on real Redis is tested in engine.
+
+type fakeNodes struct {
+	system *actor.ActorSystem
+	pids   []*actor.PID
+	cmds   chan received
+}
+
+type received struct {
+	node int
+	cmd  node.Command
+}
+
+func newFakeNodes(t *testing.T, n int) *fakeNodes {
+	f := &fakeNodes{system: actors.NewSystem(nil), cmds: make(chan received, 100)}
+	for i := range n {
+		f.pids = append(f.pids, f.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+			if c, ok := ctx.Message().(node.Command); ok {
+				f.cmds <- received{i, c}
+			}
+		})))
+	}
+	t.Cleanup(f.system.Shutdown)
+	return f
+}
+
+// next returns the next command any node received.
+func (f *fakeNodes) next(t *testing.T) received {
+	t.Helper()
+	select {
+	case r := <-f.cmds:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("no command reached the nodes")
+		return received{}
+	}
+}
+
+// round collects one command per node and checks they are all of type T
+// and of one round.
+func round[T node.Command](t *testing.T, f *fakeNodes) (uint64, *actor.PID) {
+	t.Helper()
+	var r uint64
+	var reply *actor.PID
+	for range f.pids {
+		got := f.next(t)
+		if _, ok := got.cmd.(T); !ok {
+			var want T
+			t.Fatalf("node %d got %T, want %T", got.node, got.cmd, want)
+		}
+		rq := requestOf(got.cmd)
+		if r != 0 && rq.Round != r {
+			t.Fatalf("round %d and %d in one send", r, rq.Round)
+		}
+		r, reply = rq.Round, rq.ReplyTo
+	}
+	return r, reply
+}
+
+func requestOf(c node.Command) node.Request {
+	switch c := c.(type) {
+	case *node.Acquire:
+		return c.Request
+	case *node.Extend:
+		return c.Request
+	case *node.Release:
+		return c.Request
+	}
+	panic("unknown command")
+}
+
+func (f *fakeNodes) vote(to *actor.PID, n int, round uint64, o node.Outcome) {
+	f.system.Root.Send(to, &node.Vote{Node: n, Round: round, Outcome: o, RTT: time.Millisecond})
+}
+
+func spawn(f *fakeNodes, cfg Config) (chan Result, *State) {
+	reply := make(chan Result, 1)
+	cfg.Key, cfg.Value, cfg.Resource = "k", "v", "r"
+	cfg.Nodes, cfg.Reply = f.pids, reply
+	if cfg.DriftFactor == 0 {
+		cfg.DriftFactor = 0.01
+	}
+	_, st := Spawn(f.system, cfg)
+	return reply, st
+}
+
+func result(t *testing.T, c chan Result) Result {
+	t.Helper()
+	select {
+	case r := <-c:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("no result")
+		return Result{}
+	}
+}
+
+// A quorum of grants decides at once, without waiting on the others.
+func TestQuorumDecidesEarly(t *testing.T) {
+	f := newFakeNodes(t, 5)
+	start := time.Now()
+	reply, st := spawn(f, Config{TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1})
+	r, to := round[*node.Acquire](t, f)
+	for _, n := range []int{4, 0, 2} {
+		f.vote(to, n, r, node.Granted)
+	}
+	res := result(t, reply)
+	end := time.Now()
+	if res.Err != nil {
+		t.Fatalf("3 of 5 granted: %v", res.Err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("decided after %v: it waited for the node timeout", took)
+	}
+	// Until = round start + TTL − (TTL·0.01 + 2ms), the round starting
+	// between spawn and answer.
+	want := 10*time.Second - 102*time.Millisecond
+	if u := st.Until(); u.Before(start.Add(want)) || u.After(end.Add(want)) {
+		t.Fatalf("Until is start+%v, want start+%v at the earliest and end+%v at the latest", u.Sub(start), want, want)
+	}
+}
+
+// Votes from an earlier round never count toward the current one.
+func TestStaleVotesIgnored(t *testing.T) {
+	f := newFakeNodes(t, 3)
+	reply, _ := spawn(f, Config{
+		TTL: 10 * time.Second, NodeTimeout: 100 * time.Millisecond, Attempts: 2,
+		BackOff: backoff.NewConstantBackOff(time.Millisecond),
+	})
+	r1, to := round[*node.Acquire](t, f)
+	f.vote(to, 0, r1, node.Granted) // then nodes 1 and 2 stay silent: the round times out
+	round[*node.Release](t, f)      // cleanup of round 1 on all nodes
+	r3, _ := round[*node.Acquire](t, f)
+	if r3 <= r1 {
+		t.Fatalf("round %d after round %d", r3, r1)
+	}
+	f.vote(to, 1, r1, node.Granted) // late grants of round 1
+	f.vote(to, 2, r1, node.Granted)
+	f.vote(to, 0, r3, node.Taken)
+	f.vote(to, 1, r3, node.Taken)
+	res := result(t, reply)
+	if res.Err == nil {
+		t.Fatal("held on votes of an earlier round")
+	}
+	if res.Attempts != 2 || res.Votes[0].Outcome != node.Taken || res.Votes[1].Outcome != node.Taken {
+		t.Fatalf("result %+v: want 2 attempts and the last round's votes", res)
+	}
+}
+
+// Once a quorum is out of reach the round fails at once and every node is
+// told to release, then the failure is reported.
+func TestImpossibleQuorumFailsAndCleansUp(t *testing.T) {
+	f := newFakeNodes(t, 5)
+	reply, st := spawn(f, Config{TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1})
+	r, to := round[*node.Acquire](t, f)
+	f.vote(to, 0, r, node.Granted)
+	f.vote(to, 1, r, node.Taken)
+	f.vote(to, 2, r, node.Failed)
+	f.vote(to, 3, r, node.Timeout)
+	rr, _ := round[*node.Release](t, f) // sent before node 4 answered
+	select {
+	case res := <-reply:
+		t.Fatalf("answered %+v before the cleanup was acknowledged", res)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.vote(to, 4, r, node.Granted)
+	for n := range 5 {
+		f.vote(to, n, rr, node.Granted)
+	}
+	res := result(t, reply)
+	if res.Err == nil || !errors.Is(res.Err, errRefused) {
+		t.Fatalf("result %v, want refused", res.Err)
+	}
+	select {
+	case <-st.Stopped():
+	case <-time.After(5 * time.Second):
+		t.Fatal("actor still running after its answer")
+	}
+}
+
+// A quorum that arrives after the validity ran out does not count.
+func TestQuorumTooLateFails(t *testing.T) {
+	f := newFakeNodes(t, 3)
+	reply, _ := spawn(f, Config{TTL: 100 * time.Millisecond, NodeTimeout: 99 * time.Millisecond, Attempts: 1})
+	r, to := round[*node.Acquire](t, f)
+	time.Sleep(98 * time.Millisecond) // validity = 100 − 98 − 3 < 0
+	for n := range 3 {
+		f.vote(to, n, r, node.Granted)
+	}
+	round[*node.Release](t, f)
+	if res := result(t, reply); res.Err == nil {
+		t.Fatal("held although the quorum came after the validity ran out")
+	}
+}
+
+// A held lease ends at its deadline with ErrExpired and releases eagerly.
+func TestExpiry(t *testing.T) {
+	f := newFakeNodes(t, 1)
+	reply, st := spawn(f, Config{TTL: 200 * time.Millisecond, NodeTimeout: 50 * time.Millisecond, Attempts: 1})
+	r, to := round[*node.Acquire](t, f)
+	f.vote(to, 0, r, node.Granted)
+	if res := result(t, reply); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	round[*node.Release](t, f)
+	<-st.Done()
+	if now := time.Now(); now.Before(st.Until()) {
+		t.Fatalf("ended at %v, before Until %v", now, st.Until())
+	}
+	if !errors.Is(st.Err(), ErrExpired) {
+		t.Fatalf("Err %v, want ErrExpired", st.Err())
+	}
+}
