@@ -24,6 +24,7 @@ const (
 	DefaultNodeTimeout    = 50 * time.Millisecond
 	DefaultConnectTimeout = time.Second
 	DefaultRetryAttempts  = 32
+	DefaultEventBuffer    = 8
 	// DefaultRetryInitial and DefaultRetryMax bound the default retry
 	// schedule: exponential, doubling, each wait randomized by ±50%.
 	DefaultRetryInitial = 2 * time.Millisecond
@@ -65,6 +66,10 @@ type Config struct {
 	// 250ms, doubling, each wait randomized by ±50% to break the split
 	// votes of contending clients. backoff.Stop ends the retries.
 	RetryBackOff func() backoff.BackOff
+	// EventBuffer is the capacity of each lease's event channel. When it is
+	// full, non-terminal events are dropped (and counted); the terminal one
+	// always fits. Default 8; at least 2.
+	EventBuffer int
 	// Client is the template for each node's rueidis client (TLS, auth,
 	// dialer; ClientName defaults to "redlease"). redlease sets
 	// InitAddress, DisableCache, ForceSingleClient
@@ -96,6 +101,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryAttempts == 0 {
 		c.RetryAttempts = DefaultRetryAttempts
+	}
+	if c.EventBuffer == 0 {
+		c.EventBuffer = DefaultEventBuffer
 	}
 	if c.RetryBackOff == nil {
 		c.RetryBackOff = defaultBackOff
@@ -148,6 +156,9 @@ func (c *Config) validate() error {
 	}
 	if c.RetryAttempts < 0 {
 		bad("RetryAttempts must be > 0, got %d", c.RetryAttempts)
+	}
+	if c.EventBuffer < 2 {
+		bad("EventBuffer must be >= 2, got %d", c.EventBuffer)
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/redis/rueidis"
@@ -25,9 +26,16 @@ type Engine struct {
 	nodes     []*node.Node
 	pids      []*actor.PID
 
-	mu     sync.Mutex
-	closed bool
-	live   map[*lease.State]*actor.PID // lease actors not yet stopped
+	hub         *actor.PID // event fan-out to subscribers
+	subscribers atomic.Int32
+	dropped     atomic.Uint64 // events not delivered
+	publishFn   func(Event)
+	explainFn   func([]node.Vote, error) error
+
+	mu      sync.Mutex
+	closed  bool
+	live    map[*lease.State]*actor.PID // lease actors not yet stopped
+	nextSub uint64
 }
 
 // New validates cfg, connects to its nodes and starts the engine's actors.
@@ -52,6 +60,10 @@ func New(cfg Config) (*Engine, error) {
 		e.system = actors.NewSystem(cfg.Logger)
 		e.ownSystem = true
 	}
+	e.publishFn, e.explainFn = e.publish, e.explain
+	e.hub = e.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
+		return &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
+	}))
 	for i, addr := range cfg.Nodes {
 		n := node.Spawn(e.system, node.Config{
 			Index: i, Addr: addr, Client: clients[i], Options: cfg.clientOption(addr),
@@ -127,7 +139,8 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	cfg := lease.Config{
 		Resource: resource, Key: e.cfg.KeyPrefix + "{" + resource + "}", Value: newValue(),
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
-		Attempts: attempts, Logger: e.cfg.Logger, OnStop: e.forget,
+		Attempts: attempts, MaxHold: o.maxHold, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
+		OnStop: e.forget, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
 	}
 	if attempts > 1 {
 		cfg.BackOff = o.newBackOff()
@@ -183,6 +196,36 @@ func contextError(ctx context.Context) error {
 	return errors.Join(err, cause)
 }
 
+// explain names the nodes of a failed extend round.
+func (e *Engine) explain(votes []node.Vote, cause error) error {
+	return &ExtendError{Nodes: e.nodeOutcomes(votes), Cause: cause}
+}
+
+// Stats is a snapshot of an engine's counters.
+type Stats struct {
+	Leases        int    // lease actors running: acquiring, held, or finishing a release
+	EventsDropped uint64 // events a full lease or subscription channel did not take
+	Nodes         []NodeStats
+}
+
+// NodeStats counts one node's traffic.
+type NodeStats struct {
+	Addr       string
+	Commands   uint64 // commands sent
+	RoundTrips uint64 // pipelined batches they went out in
+}
+
+// Stats returns the engine's counters. Safe for concurrent use.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	s := Stats{Leases: len(e.live), EventsDropped: e.dropped.Load()}
+	e.mu.Unlock()
+	for i, n := range e.nodes {
+		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: n.Stats().Commands.Load(), RoundTrips: n.Stats().Batches.Load()})
+	}
+	return s
+}
+
 func (e *Engine) forget(st *lease.State) {
 	e.mu.Lock()
 	delete(e.live, st)
@@ -191,7 +234,8 @@ func (e *Engine) forget(st *lease.State) {
 
 // Close releases every lease the engine holds (they end with an error
 // matching ErrReleased and ErrClosed), fails acquisitions in progress with
-// ErrClosed, stops the actors and closes the node clients. It waits for
+// ErrClosed, closes the subscriptions, stops the actors and closes the node
+// clients. It waits for
 // the releases, each bounded by Config.NodeTimeout. Every call on the
 // engine after Close, Close included, returns ErrClosed.
 func (e *Engine) Close() error {
@@ -214,6 +258,7 @@ func (e *Engine) Close() error {
 	for st := range live {
 		<-st.Stopped()
 	}
+	_ = e.system.Root.PoisonFuture(e.hub).Wait() // after the leases' last events
 	for _, n := range e.nodes {
 		n.Stop()
 	}

@@ -67,6 +67,21 @@ func (e *AcquireError) Is(target error) bool { return target == ErrNotAcquired }
 // Unwrap returns the Cause.
 func (e *AcquireError) Unwrap() error { return e.Cause }
 
+// ExtendError is the error of a failed extension round (Lease.Extend, and
+// the Err of ExtendFailed and Lost events), with each node's outcome. A
+// lost lease's error matches ErrLeaseLost and wraps an ExtendError.
+type ExtendError struct {
+	Nodes []NodeOutcome // in Config.Nodes order
+	Cause error
+}
+
+func (e *ExtendError) Error() string {
+	return fmt.Sprintf("redlease: extension failed: %v [%s]", e.Cause, outcomes(e.Nodes))
+}
+
+// Unwrap returns the Cause.
+func (e *ExtendError) Unwrap() error { return e.Cause }
+
 // ReleaseError is returned by Release when fewer than a quorum of nodes
 // confirmed it: the lease has ended all the same, but its key may block
 // other owners on the nodes that did not answer until the TTL passes.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,6 +20,9 @@ type Lease struct {
 	state    *lease.State
 	resource string
 	value    string
+
+	ctxOnce sync.Once
+	ctx     context.Context
 }
 
 // Resource is the name the lease was acquired for.
@@ -81,4 +85,55 @@ func (l *Lease) Release(ctx context.Context) error {
 		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes)}
 	}
 	return nil
+}
+
+// Extend runs an extension round now (or joins the one in flight): a
+// compare-and-PEXPIRE on all nodes that counts only if a quorum confirms
+// before the current validity ends; Until then moves to the round's start
+// plus TTL − drift. It returns nil when extended, an *ExtendError when the
+// round failed (the lease still holds until Until), and the lease's Err
+// when it has ended, including when this round found it lost. It waits at
+// most Config.NodeTimeout, or until ctx ends (the round goes on).
+func (l *Lease) Extend(ctx context.Context) error {
+	select {
+	case <-l.state.Done():
+		return l.state.Err()
+	default:
+	}
+	reply := make(chan lease.ExtendResult, 1)
+	l.e.system.Root.Send(l.pid, &lease.Extend{Reply: reply})
+	select {
+	case r := <-reply:
+		return r.Err
+	case <-ctx.Done():
+		return contextError(ctx)
+	case <-l.state.Stopped():
+		select {
+		case r := <-reply:
+			return r.Err
+		default:
+			return l.state.Err()
+		}
+	}
+}
+
+// Events returns the lease's event channel: Acquired first, then Extended
+// and ExtendFailed, then exactly one terminal event (Lost, Released or
+// Expired), after which the lease actor closes it. Delivery never blocks
+// the lease: when the buffer (Config.EventBuffer) is full, non-terminal
+// events are dropped and counted in Stats().EventsDropped, but the terminal
+// event always arrives. Done and Err are the source of truth.
+func (l *Lease) Events() <-chan Event { return l.state.Events() }
+
+// Context returns a context that is cancelled when the lease ends, with
+// context.Cause saying why (ErrReleased, ErrExpired, ErrLeaseLost, ...).
+// Pass it to the work the lease protects: the lease ends, and the context
+// is cancelled, at Until at the latest.
+func (l *Lease) Context() context.Context {
+	l.ctxOnce.Do(func() {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		l.ctx = ctx
+		l.state.AfterEnd(func() { cancel(l.state.Err()) })
+	})
+	return l.ctx
 }

@@ -14,12 +14,24 @@ type Option func(*options)
 type options struct {
 	ttl        time.Duration
 	newBackOff func() backoff.BackOff
+	autoExtend bool
+	maxHold    time.Duration
 }
 
 // WithTTL sets the lease's TTL for this call instead of Config.TTL. It must
 // exceed the drift allowance (TTL·DriftFactor + 2ms).
 func WithTTL(d time.Duration) Option {
 	return func(o *options) { o.ttl = d }
+}
+
+// WithAutoExtend keeps the lease alive: the engine extends it on all nodes
+// at a third of the TTL, and again soon after a failed round, until maxHold
+// has passed since it was acquired; the lease then expires at its deadline
+// (Expired). An extension that no quorum confirms by the validity deadline
+// ends the lease as Lost, at the deadline at the latest. maxHold must be
+// positive: there are no unbounded leases.
+func WithAutoExtend(maxHold time.Duration) Option {
+	return func(o *options) { o.autoExtend, o.maxHold = true, maxHold }
 }
 
 // WithRetry replaces Config.RetryBackOff for this call: newBackOff makes the
@@ -39,6 +51,9 @@ func (e *Engine) options(opts []Option) (options, error) {
 	}
 	if o.ttl <= e.cfg.NodeTimeout {
 		return o, fmt.Errorf("redlease: WithTTL must exceed NodeTimeout (%v), got %v", e.cfg.NodeTimeout, o.ttl)
+	}
+	if o.autoExtend && o.maxHold <= 0 {
+		return o, fmt.Errorf("redlease: WithAutoExtend maxHold must be > 0, got %v", o.maxHold)
 	}
 	if o.newBackOff == nil {
 		return o, errors.New("redlease: WithRetry needs a BackOff factory, got nil")

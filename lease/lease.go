@@ -2,8 +2,11 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -13,7 +16,7 @@ import (
 	"github.com/redlease/redlease/node"
 )
 
-// Config describes one lease attempt.
+// Config describes one lease.
 type Config struct {
 	Resource    string
 	Key         string
@@ -22,11 +25,19 @@ type Config struct {
 	DriftFactor float64
 	Nodes       []*actor.PID
 	NodeTimeout time.Duration   // bounds each round
-	Attempts    int             // rounds at most (≥ 1)
-	BackOff     backoff.BackOff // wait between rounds; nil: one round
+	Attempts    int             // acquire rounds at most (≥ 1)
+	BackOff     backoff.BackOff // wait between acquire rounds; nil: one round
+	MaxHold     time.Duration   // > 0: extend automatically until MaxHold after acquire
+	EventBuffer int             // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
-	Reply       chan<- Result // buffered 1; receives exactly one Result
-	OnStop      func(*State)  // called once the actor stopped
+
+	Reply   chan<- Result // buffered 1; receives exactly one Result
+	OnStop  func(*State)  // called once the actor stopped
+	Publish func(Event)   // if set, also gets every event; must not block
+	Dropped *atomic.Uint64
+	// Explain turns a failed extension round into the error events and
+	// Extend carry (the engine names the nodes); nil keeps cause.
+	Explain func(votes []node.Vote, cause error) error
 }
 
 // Spawn starts a lease actor that begins acquiring at once.
@@ -34,8 +45,10 @@ func Spawn(system *actor.ActorSystem, cfg Config) (*actor.PID, *State) {
 	if cfg.Logger == nil {
 		cfg.Logger = actors.Discard
 	}
-	a := &leaseActor{cfg: cfg, system: system, state: newState(), votes: make([]node.Vote, len(cfg.Nodes))}
-	a.tally.n = len(cfg.Nodes)
+	if cfg.Explain == nil {
+		cfg.Explain = func(_ []node.Vote, cause error) error { return cause }
+	}
+	a := &leaseActor{cfg: cfg, system: system, state: newState(cfg.EventBuffer), votes: make([]node.Vote, len(cfg.Nodes))}
 	pid := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
 	return pid, a.state
 }
@@ -58,8 +71,8 @@ type leaseActor struct {
 
 	phase       phase
 	round       uint64      // number of the last command sent to all nodes
-	start       time.Time   // start of the current acquire round
-	tally       tally       // of the current acquire round
+	start       time.Time   // start of the current acquire or extend round
+	tally       tally       // of the current acquire or extend round
 	votes       []node.Vote // of the current round, by node
 	owed        int         // votes not yet received
 	attempts    int
@@ -68,7 +81,14 @@ type leaseActor struct {
 	replied     bool
 	release     chan<- ReleaseResult // pending Release reply
 
-	roundTimer, retryTimer, expireTimer, lingerTimer *time.Timer
+	acquired    time.Time             // start of the winning acquire round
+	extending   bool                  // an extend round is out
+	extendAt    time.Time             // when the next extension was planned
+	extendsOver bool                  // MaxHold passed: the lease is meant to expire
+	lastFailure error                 // of the last failed extend round
+	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
+
+	roundTimer, retryTimer, expireTimer, extendTimer, lingerTimer *time.Timer
 }
 
 func (a *leaseActor) Receive(ctx actor.Context) {
@@ -81,18 +101,21 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.self = ctx.Self()
 		a.startRound()
 	case *roundTimeout:
-		if a.phase == acquiring && m.round == a.round {
-			a.roundFailed(errRoundTimeout)
+		if m.round == a.round {
+			a.roundTimedOut()
 		}
 	case *retry:
 		if a.phase == waiting {
 			a.startRound()
 		}
-	case *expire:
-		if a.phase == held {
-			a.sendAll(a.releaseCmd) // eager: the keys may outlive the validity
-			a.end(ErrExpired)
+	case *extendTick:
+		if a.phase == held && !a.extending {
+			a.startExtend()
 		}
+	case *expire:
+		a.onExpire()
+	case *Extend:
+		a.onExtend(m)
 	case *Release:
 		a.onRelease(m)
 	case *Cancel:
@@ -100,7 +123,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case *Close:
 		if a.phase == held {
 			a.sendAll(a.releaseCmd)
-			a.end(m.Err)
+			a.end(Released, m.Err)
 		} else {
 			a.abort(m.Err)
 		}
@@ -140,6 +163,10 @@ func (a *leaseActor) acquireCmd(r node.Request) node.Command {
 	return &node.Acquire{Request: r, TTL: a.cfg.TTL}
 }
 
+func (a *leaseActor) extendCmd(r node.Request) node.Command {
+	return &node.Extend{Request: r, TTL: a.cfg.TTL}
+}
+
 func (a *leaseActor) releaseCmd(r node.Request) node.Command {
 	return &node.Release{Request: r}
 }
@@ -153,35 +180,50 @@ func (a *leaseActor) vote(v *node.Vote) {
 		a.cfg.Logger.Debug("redlease: vote", "resource", a.cfg.Resource, "node", v.Node,
 			"round", v.Round, "outcome", v.Outcome, "rtt", v.RTT, "err", v.Err)
 	}
-	if a.phase != acquiring {
-		return
-	}
-	a.tally.add(v.Outcome)
 	switch {
-	case a.tally.won():
-		if Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) > 0 {
-			a.hold()
-		} else {
-			a.roundFailed(errTooSlow)
+	case a.phase == acquiring:
+		a.tally.add(v.Outcome)
+		switch {
+		case a.tally.won():
+			if Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) > 0 {
+				a.hold()
+			} else {
+				a.roundFailed(errTooSlow)
+			}
+		case a.tally.lost():
+			a.roundFailed(nil)
 		}
-	case a.tally.lost():
-		a.roundFailed(nil)
+	case a.phase == held && a.extending:
+		a.tally.add(v.Outcome)
+		a.extendVote()
+	}
+}
+
+func (a *leaseActor) roundTimedOut() {
+	switch {
+	case a.phase == acquiring:
+		a.roundFailed(errRoundTimeout)
+	case a.phase == held && a.extending:
+		a.extendFailed(errRoundTimeout)
 	}
 }
 
 func (a *leaseActor) hold() {
 	a.roundTimer.Stop()
 	a.phase = held
+	a.acquired = a.start
 	a.state.start = a.start
-	a.state.until.Store(int64(a.cfg.TTL - Drift(a.cfg.TTL, a.cfg.DriftFactor)))
+	a.state.setUntil(a.start.Add(a.cfg.TTL - Drift(a.cfg.TTL, a.cfg.DriftFactor)))
 	a.expireTimer = actors.After(a.system, time.Until(a.state.Until()), a.self, &expire{})
 	a.reply(Result{Attempts: a.attempts})
+	a.emit(Acquired, nil)
+	a.planExtend(a.start.Add(a.cfg.TTL / 3))
 	a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
 		"until", a.state.Until())
 }
 
-// roundFailed cleans up after a round that did not win and retries or gives
-// up. cause is nil when the nodes simply refused.
+// roundFailed cleans up after an acquire round that did not win and
+// retries or gives up. cause is nil when the nodes simply refused.
 func (a *leaseActor) roundFailed(cause error) {
 	a.roundTimer.Stop()
 	a.failedVotes = append(a.failedVotes[:0], a.votes...)
@@ -222,6 +264,24 @@ func (a *leaseActor) giveUp(cause error) {
 	a.startLinger()
 }
 
+// onExpire: the validity deadline passed without a later extension. A
+// lease meant to go on is lost; otherwise it simply expired.
+func (a *leaseActor) onExpire() {
+	if a.phase != held || time.Now().Before(a.state.Until()) {
+		return // ended already, or a timer of a deadline an extension moved
+	}
+	a.sendAll(a.releaseCmd) // eager: the keys may outlive the validity
+	if a.cfg.MaxHold > 0 && !a.extendsOver {
+		cause := a.lastFailure
+		if cause == nil {
+			cause = errNoExtension
+		}
+		a.end(Lost, fmt.Errorf("%w: %w", ErrLeaseLost, cause))
+		return
+	}
+	a.end(Expired, ErrExpired)
+}
+
 func (a *leaseActor) onRelease(m *Release) {
 	if a.phase != held {
 		m.Reply <- ReleaseResult{Err: a.state.Err()}
@@ -229,16 +289,27 @@ func (a *leaseActor) onRelease(m *Release) {
 	}
 	a.release = m.Reply
 	a.sendAll(a.releaseCmd)
-	a.end(ErrReleased)
+	a.end(Released, ErrReleased)
 }
 
-// end closes Done with err and stops the lease's timers.
-func (a *leaseActor) end(err error) {
+// end closes Done with err, emits the terminal event and closes the event
+// channel.
+func (a *leaseActor) end(kind EventKind, err error) {
 	a.phase = ended
+	a.extending = false
 	a.stopTimers()
-	a.state.err = err
-	close(a.state.done)
-	a.cfg.Logger.Info("redlease: lease ended", "resource", a.cfg.Resource, "err", err)
+	a.state.finish(err)
+	a.emit(kind, err)
+	close(a.state.events)
+	for _, w := range a.waiters {
+		w <- ExtendResult{Err: err}
+	}
+	a.waiters = nil
+	if kind == Lost {
+		a.cfg.Logger.Warn("redlease: lease lost", "resource", a.cfg.Resource, "err", err)
+	} else {
+		a.cfg.Logger.Info("redlease: lease ended", "resource", a.cfg.Resource, "err", err)
+	}
 	a.startLinger()
 }
 
@@ -274,7 +345,7 @@ func (a *leaseActor) reply(r Result) {
 }
 
 func (a *leaseActor) stopTimers() {
-	for _, t := range []*time.Timer{a.roundTimer, a.retryTimer, a.expireTimer, a.lingerTimer} {
+	for _, t := range [...]*time.Timer{a.roundTimer, a.retryTimer, a.expireTimer, a.extendTimer, a.lingerTimer} {
 		if t != nil {
 			t.Stop()
 		}
@@ -288,7 +359,8 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	a.cfg.Logger.Error("redlease: lease actor panicked", "resource", a.cfg.Resource, "panic", reason)
 	switch a.phase {
 	case held:
-		a.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		a.sendAll(a.releaseCmd)
+		a.end(Lost, fmt.Errorf("%w: %w", ErrLeaseLost, err))
 	case acquiring, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {
@@ -304,7 +376,14 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 }
 
 var (
-	errRefused      = fmt.Errorf("redlease: a quorum of nodes refused")
-	errRoundTimeout = fmt.Errorf("redlease: no quorum within the node timeout")
-	errTooSlow      = fmt.Errorf("redlease: quorum reached after the validity ran out")
+	errRefused      = errors.New("redlease: a quorum of nodes refused")
+	errRoundTimeout = errors.New("redlease: no quorum within the node timeout")
+	errTooSlow      = errors.New("redlease: quorum reached after the validity ran out")
+	errNoExtension  = errors.New("redlease: no extension before the validity deadline")
+	errNotMine      = errors.New("redlease: a quorum of nodes holds another owner's key")
 )
+
+// jitter returns d scaled by a random factor in [0.5, 1.5).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d)+1))
+}

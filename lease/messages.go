@@ -28,6 +28,12 @@ type ReleaseResult struct {
 	Votes []node.Vote // by node; a zero Outcome means no answer
 }
 
+// ExtendResult answers an Extend.
+type ExtendResult struct {
+	Err   error       // nil: extended; the lease's Err if it had ended or got lost
+	Votes []node.Vote // of the extend round, by node
+}
+
 // message seals the set the lease actor accepts from outside.
 type message interface{ leaseMessage() }
 
@@ -36,6 +42,13 @@ type message interface{ leaseMessage() }
 type Release struct {
 	actors.Late
 	Reply chan<- ReleaseResult
+}
+
+// Extend asks the actor for an extension round now (or to join the one in
+// flight). Reply (buffered 1) receives the outcome.
+type Extend struct {
+	actors.Late
+	Reply chan<- ExtendResult
 }
 
 // Cancel tells an actor still acquiring that its caller's context ended.
@@ -53,12 +66,14 @@ type Close struct {
 
 func (*Release) leaseMessage() {}
 func (*Cancel) leaseMessage()  {}
+func (*Extend) leaseMessage()  {}
 func (*Close) leaseMessage()   {}
 
 // Timer messages, from the actor to itself.
 type (
 	roundTimeout struct{ round uint64 }
 	retry        struct{}
+	extendTick   struct{}
 	expire       struct{}
 	linger       struct{}
 )

@@ -10,13 +10,17 @@ type tally struct {
 	n       int // nodes
 	granted int
 	refused int // every answer but a grant: taken, timeout, error
+	taken   int // another owner's key
 }
 
 func (t *tally) add(o node.Outcome) {
 	if o == node.Granted {
 		t.granted++
-	} else {
-		t.refused++
+		return
+	}
+	t.refused++
+	if o == node.Taken {
+		t.taken++
 	}
 }
 

@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	goredispool "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/engine"
+)
+
+// lockTTL is every client's lock TTL, so all of them do the same work.
+const lockTTL = 10 * time.Second
+
+// clientNames are the clients the benchmark knows, in table order.
+var clientNames = []string{"redlease", "redsync", "raw"}
+
+// locker is one lock client under test, connected to every node.
+type locker interface {
+	// acquire takes the lock on resource: one round when retry is false,
+	// otherwise with the client's own retry policy.
+	acquire(ctx context.Context, resource string, retry bool) (held, error)
+	// close disconnects; every lock taken has been released by then.
+	close()
+}
+
+// held is an acquired lock. *engine.Lease is one as it is.
+type held interface {
+	Release(ctx context.Context) error
+}
+
+// newLocker connects the named client to addrs.
+func newLocker(name string, addrs []string) (locker, error) {
+	switch name {
+	case "redlease":
+		return newRedlease(addrs)
+	case "redsync":
+		return newRedsync(addrs)
+	case "raw":
+		return newRaw(addrs)
+	}
+	return nil, fmt.Errorf("unknown client %q (known: %v)", name, clientNames)
+}
+
+// redleaseLocker is the engine with its default Config; TTL is set only
+// to pin it to lockTTL should the default ever change.
+type redleaseLocker struct{ e *engine.Engine }
+
+func newRedlease(addrs []string) (*redleaseLocker, error) {
+	e, err := engine.New(engine.Config{Nodes: addrs, TTL: lockTTL})
+	if err != nil {
+		return nil, err
+	}
+	return &redleaseLocker{e}, nil
+}
+
+func (r *redleaseLocker) acquire(ctx context.Context, resource string, retry bool) (held, error) {
+	var l *engine.Lease
+	var err error
+	if retry {
+		l, err = r.e.Acquire(ctx, resource)
+	} else {
+		l, err = r.e.TryAcquire(ctx, resource)
+	}
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return l, nil
+}
+
+func (r *redleaseLocker) close() { _ = r.e.Close() }
+
+// redsyncLocker is go-redsync with its default options (TTL aside) over
+// one go-redis v9 client, itself with default options, per node.
+type redsyncLocker struct {
+	rs      *redsync.Redsync
+	clients []*goredis.Client
+}
+
+func newRedsync(addrs []string) (*redsyncLocker, error) {
+	r := &redsyncLocker{}
+	var pools []redsyncredis.Pool
+	for _, addr := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: addr})
+		r.clients = append(r.clients, c)
+		// go-redis dials lazily: fail here rather than in the first run.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("redsync: node %s: %w", addr, err)
+		}
+		pools = append(pools, goredispool.NewPool(c))
+	}
+	r.rs = redsync.New(pools...)
+	return r, nil
+}
+
+func (r *redsyncLocker) acquire(ctx context.Context, resource string, retry bool) (held, error) {
+	// A Mutex holds the value of one lock: a new one per acquisition, as
+	// concurrent holders of one name need.
+	m := r.rs.NewMutex(resource, redsync.WithExpiry(lockTTL))
+	var err error
+	if retry {
+		err = m.LockContext(ctx)
+	} else {
+		err = m.TryLockContext(ctx)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return redsyncLease{m}, nil
+}
+
+func (r *redsyncLocker) close() {
+	for _, c := range r.clients {
+		_ = c.Close()
+	}
+}
+
+type redsyncLease struct{ m *redsync.Mutex }
+
+func (l redsyncLease) Release(ctx context.Context) error {
+	ok, err := l.m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: unlock not confirmed by a quorum")
+	}
+	return err
+}
+
+// Retry schedule of the raw client: redlease's default (exponential from
+// 2ms to 250ms, ±50%, 32 rounds), so contended runs compare the engines,
+// not the retry policies.
+const (
+	rawAttempts     = 32
+	rawRetryInitial = 2 * time.Millisecond
+	rawRetryMax     = 250 * time.Millisecond
+)
+
+// rawDelete is the compare-and-delete every Redlock client uses: delete
+// the key only while it holds this lock's value.
+const rawDelete = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`
+
+var errTaken = errors.New("raw: held by another owner")
+
+// rawLocker issues the commands a perfect Redlock client needs straight
+// through rueidis: SET NX PX on all nodes in parallel, a decision at
+// quorum, compare-and-delete on all nodes. It is the ceiling for what a
+// client without cross-lock batching can do with these commands.
+type rawLocker struct {
+	clients []rueidis.Client
+	quorum  int
+	del     *rueidis.Lua
+}
+
+func newRaw(addrs []string) (*rawLocker, error) {
+	r := &rawLocker{quorum: len(addrs)/2 + 1, del: rueidis.NewLuaScript(rawDelete)}
+	for _, addr := range addrs {
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("raw: node %s: %w", addr, err)
+		}
+		r.clients = append(r.clients, c)
+	}
+	return r, nil
+}
+
+func (r *rawLocker) close() {
+	for _, c := range r.clients {
+		c.Close()
+	}
+}
+
+func (r *rawLocker) acquire(ctx context.Context, resource string, retry bool) (held, error) {
+	attempts := 1
+	if retry {
+		attempts = rawAttempts
+	}
+	wait := rawRetryInitial
+	var timer *time.Timer
+	for a := 1; ; a++ {
+		l, err := r.try(ctx, resource)
+		if err == nil {
+			return l, nil
+		}
+		if a == attempts || ctx.Err() != nil {
+			return nil, err
+		}
+		d := wait/2 + rand.N(wait) // wait ± 50%
+		wait = min(2*wait, rawRetryMax)
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-timer.C:
+		}
+	}
+}
+
+// rawLease is one attempt's lock. One goroutine per node sends the SET,
+// reports it, then waits for free and sends the compare-and-delete on the
+// same node. Tying both commands to one goroutine keeps them in order even
+// though rueidis may put them on different connections, which matters
+// because try returns at quorum while slower SETs are still in flight.
+type rawLease struct {
+	r          *rawLocker
+	key, value string
+	votes      chan error      // one SET outcome per node
+	free       chan struct{}   // closed by Release
+	releaseCtx context.Context // written before free is closed
+	deletes    chan error      // one compare-and-delete outcome per node
+}
+
+// try makes one round on all nodes and returns as soon as the quorum is
+// decided; a lost round deletes its keys everywhere before returning.
+func (r *rawLocker) try(ctx context.Context, resource string) (*rawLease, error) {
+	n := len(r.clients)
+	l := &rawLease{
+		r: r, key: resource, value: newValue(),
+		votes: make(chan error, n), free: make(chan struct{}), deletes: make(chan error, n),
+	}
+	start := time.Now()
+	for _, c := range r.clients {
+		go l.node(ctx, c)
+	}
+	granted, lost := 0, 0
+	var lastErr error
+	for granted < r.quorum && lost <= n-r.quorum {
+		if err := <-l.votes; err == nil {
+			granted++
+		} else {
+			lost++
+			lastErr = err
+		}
+	}
+	// Redlock's validity check: the round must end well within the TTL.
+	if granted >= r.quorum && time.Since(start) < lockTTL-lockTTL/100-2*time.Millisecond {
+		return l, nil
+	}
+	_ = l.Release(context.WithoutCancel(ctx))
+	if lastErr == nil {
+		lastErr = errors.New("raw: round outlived the TTL")
+	}
+	return nil, fmt.Errorf("raw: %d of %d nodes granted, %d needed: %w", granted, n, r.quorum, lastErr)
+}
+
+func (l *rawLease) node(ctx context.Context, c rueidis.Client) {
+	err := c.Do(ctx, c.B().Set().Key(l.key).Value(l.value).Nx().PxMilliseconds(lockTTL.Milliseconds()).Build()).Error()
+	if rueidis.IsRedisNil(err) {
+		err = errTaken
+	}
+	l.votes <- err
+	<-l.free
+	l.deletes <- l.r.del.Exec(l.releaseCtx, c, []string{l.key}, []string{l.value}).Error()
+}
+
+// Release deletes the key on all nodes and waits for all of them; it
+// fails when fewer than a quorum answered.
+func (l *rawLease) Release(ctx context.Context) error {
+	l.releaseCtx = ctx
+	close(l.free)
+	answered := 0
+	var lastErr error
+	for range len(l.r.clients) {
+		if err := <-l.deletes; err == nil {
+			answered++
+		} else {
+			lastErr = err
+		}
+	}
+	if answered < l.r.quorum {
+		return fmt.Errorf("raw: release answered by %d nodes, %d needed: %w", answered, l.r.quorum, lastErr)
+	}
+	return nil
+}
+
+// newValue is a lock's owner value: 16 random bytes, as redsync uses.
+func newValue() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// clientCPU is this process's user+system CPU time so far (getrusage
+// RUSAGE_SELF: every thread, not the redis-server children).
+func clientCPU() (time.Duration, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, fmt.Errorf("getrusage: %w", err)
+	}
+	tv := func(t syscall.Timeval) time.Duration {
+		return time.Duration(t.Sec)*time.Second + time.Duration(t.Usec)*time.Microsecond
+	}
+	return tv(ru.Utime) + tv(ru.Stime), nil
+}
+
+// writeSyscalls is the number of write syscalls this process made so far
+// (syscw in /proc/self/io, summed over all threads). Each one costs CPU on
+// both ends of the socket, which is why the benchmark reports them.
+func writeSyscalls() (int64, error) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, err
+	}
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(line, []byte("syscw:")); ok {
+			return strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+		}
+	}
+	return 0, errors.New("/proc/self/io has no syscw line")
+}
+
+// admin is a connection per node for FLUSHALL and INFO, apart from the
+// clients under test and used only between measurements.
+type admin struct {
+	addrs   []string
+	clients []rueidis.Client
+}
+
+func newAdmin(addrs []string) (*admin, error) {
+	a := &admin{addrs: addrs}
+	for _, addr := range addrs {
+		c, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true,
+			ClientName: "redlease-bench-admin",
+		})
+		if err != nil {
+			a.close()
+			return nil, fmt.Errorf("node %s: %w", addr, err)
+		}
+		a.clients = append(a.clients, c)
+	}
+	return a, nil
+}
+
+func (a *admin) close() {
+	for _, c := range a.clients {
+		c.Close()
+	}
+}
+
+// flushAll empties every node, so no run sees another's keys.
+func (a *admin) flushAll(ctx context.Context) error {
+	for i, c := range a.clients {
+		if err := c.Do(ctx, c.B().Flushall().Build()).Error(); err != nil {
+			return fmt.Errorf("FLUSHALL on %s: %w", a.addrs[i], err)
+		}
+	}
+	return nil
+}
+
+// serverCPU sums used_cpu_sys and used_cpu_user from INFO cpu over all
+// nodes.
+func (a *admin) serverCPU(ctx context.Context) (time.Duration, error) {
+	var total float64
+	for i, c := range a.clients {
+		info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
+		if err != nil {
+			return 0, fmt.Errorf("INFO cpu on %s: %w", a.addrs[i], err)
+		}
+		found := 0
+		sc := bufio.NewScanner(strings.NewReader(info))
+		for sc.Scan() {
+			k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+			if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
+				continue
+			}
+			s, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, fmt.Errorf("INFO cpu on %s: %s: %w", a.addrs[i], k, err)
+			}
+			total += s
+			found++
+		}
+		if found != 2 {
+			return 0, fmt.Errorf("INFO cpu on %s: no used_cpu_sys/used_cpu_user", a.addrs[i])
+		}
+	}
+	return time.Duration(total * float64(time.Second)), nil
+}
+
+// snapshot is the counters read before and after a measured run.
+type snapshot struct {
+	client, server time.Duration
+	writes         int64 // -1 when /proc/self/io is unreadable
+}
+
+// take reads the counters. The admin INFO calls write to sockets too, so
+// they come after this process's counters on the way in and before them
+// on the way out (see takeAfter): they never count toward the run.
+func take(ctx context.Context, a *admin) (snapshot, error) {
+	var s snapshot
+	var err error
+	if s.server, err = a.serverCPU(ctx); err != nil {
+		return s, err
+	}
+	return s, s.own()
+}
+
+func takeAfter(ctx context.Context, a *admin) (snapshot, error) {
+	var s snapshot
+	if err := s.own(); err != nil {
+		return s, err
+	}
+	var err error
+	s.server, err = a.serverCPU(ctx)
+	return s, err
+}
+
+func (s *snapshot) own() error {
+	var err error
+	if s.client, err = clientCPU(); err != nil {
+		return err
+	}
+	if s.writes, err = writeSyscalls(); err != nil {
+		s.writes = -1
+	}
+	return nil
+}
+
+// merge joins the workers' samples into one sorted slice.
+func merge(stats []workerStats, pick func(*workerStats) []time.Duration) []time.Duration {
+	n := 0
+	for i := range stats {
+		n += len(pick(&stats[i]))
+	}
+	all := make([]time.Duration, 0, n)
+	for i := range stats {
+		all = append(all, pick(&stats[i])...)
+	}
+	slices.Sort(all)
+	return all
+}
+
+// quantile is the nearest-rank q-quantile of sorted, in µs; 0 when empty.
+func quantile(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	i = max(0, min(i, len(sorted)-1))
+	return float64(sorted[i]) / float64(time.Microsecond)
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// Result is one measured run, as written to -json. Latencies are in µs;
+// the per-cycle costs divide by completed acquire+release cycles.
+type Result struct {
+	Client    string  `json:"client"`     // redlease, redsync or raw
+	Workload  string  `json:"workload"`   // uncontended or contended
+	Nodes     int     `json:"nodes"`      // Redis masters
+	Workers   int     `json:"workers"`    // concurrent goroutines
+	Resources int     `json:"resources"`  // distinct lock names
+	DurationS float64 `json:"duration_s"` // measured wall time
+
+	Cycles     int     `json:"cycles"` // completed acquire+release cycles
+	CyclesPerS float64 `json:"cycles_per_s"`
+
+	AcquireP50  float64 `json:"acquire_p50_us"` // successful acquires, retries included
+	AcquireP99  float64 `json:"acquire_p99_us"`
+	AcquireP999 float64 `json:"acquire_p999_us"`
+	ReleaseP50  float64 `json:"release_p50_us"`
+	ReleaseP99  float64 `json:"release_p99_us"`
+
+	// Errors counts failed acquires (uncontended: any failure; contended:
+	// all retries exhausted) and failed releases.
+	Errors     int    `json:"errors"`
+	FirstError string `json:"first_error,omitempty"`
+
+	ClientCPU float64 `json:"client_cpu_us_per_cycle"` // getrusage, whole process
+	ServerCPU float64 `json:"server_cpu_us_per_cycle"` // INFO cpu, all nodes
+	// WriteSyscalls is from /proc/self/io; -1 where that is unreadable.
+	WriteSyscalls float64 `json:"write_syscalls_per_cycle"`
+
+	// HandoffP50 and HandoffP99 (contended only): from a holder's call to
+	// Release to the next holder's acquire returning.
+	HandoffP50 *float64 `json:"handoff_p50_us,omitempty"`
+	HandoffP99 *float64 `json:"handoff_p99_us,omitempty"`
+}
+
+// summarize turns a run's samples and counters into its Result.
+func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, before, after snapshot, progressWrites int64) Result {
+	acq := merge(stats, func(s *workerStats) []time.Duration { return s.acquire })
+	rel := merge(stats, func(s *workerStats) []time.Duration { return s.release })
+	res := Result{
+		Client: r.client, Workload: r.workload, Nodes: nodes, Workers: r.workers, Resources: r.resources,
+		DurationS: elapsed.Seconds(), Cycles: len(acq), CyclesPerS: float64(len(acq)) / elapsed.Seconds(),
+		AcquireP50: quantile(acq, 0.50), AcquireP99: quantile(acq, 0.99), AcquireP999: quantile(acq, 0.999),
+		ReleaseP50: quantile(rel, 0.50), ReleaseP99: quantile(rel, 0.99),
+	}
+	for i := range stats {
+		if res.Errors == 0 && stats[i].firstErr != nil {
+			res.FirstError = stats[i].firstErr.Error()
+		}
+		res.Errors += stats[i].errors
+	}
+	perCycle := func(v float64) float64 {
+		if res.Cycles == 0 {
+			return 0
+		}
+		return v / float64(res.Cycles)
+	}
+	res.ClientCPU = perCycle(float64(after.client-before.client) / float64(time.Microsecond))
+	res.ServerCPU = perCycle(float64(after.server-before.server) / float64(time.Microsecond))
+	res.WriteSyscalls = -1
+	if before.writes >= 0 && after.writes >= 0 {
+		// The progress line's own writes to stderr are not the client's.
+		res.WriteSyscalls = perCycle(float64(after.writes - before.writes - progressWrites))
+	}
+	if r.workload == contended {
+		h := merge(stats, func(s *workerStats) []time.Duration { return s.handoff })
+		p50, p99 := quantile(h, 0.50), quantile(h, 0.99)
+		res.HandoffP50, res.HandoffP99 = &p50, &p99
+	}
+	return res
+}
+
+// printTable writes the results as an aligned table.
+func printTable(w io.Writer, results []Result) {
+	const head = "%-9s %-11s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %8s %8s\n"
+	const row = "%-9s %-11s %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %8s %8s\n"
+	fmt.Fprintln(w, "latencies in µs; CPU in µs per acquire+release cycle; writes = write syscalls per cycle (this process)")
+	fmt.Fprintf(w, head, "client", "workload", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
+		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "hand p50", "hand p99")
+	for _, r := range results {
+		h50, h99 := "-", "-"
+		if r.HandoffP50 != nil {
+			h50, h99 = fmt.Sprintf("%.0f", *r.HandoffP50), fmt.Sprintf("%.0f", *r.HandoffP99)
+		}
+		fmt.Fprintf(w, row, r.Client, r.Workload, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
+			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, h50, h99)
+	}
+}
+
+// printRatios writes, per workload and worker count, redlease's
+// throughput over redsync's and raw's, and its p99 acquire latency over
+// redsync's (below 1 is better for redlease).
+func printRatios(w io.Writer, results []Result) {
+	type point struct {
+		workload string
+		workers  int
+	}
+	by := map[point]map[string]Result{}
+	var order []point
+	for _, r := range results {
+		p := point{r.Workload, r.Workers}
+		if by[p] == nil {
+			by[p] = map[string]Result{}
+			order = append(order, p)
+		}
+		by[p][r.Client] = r
+	}
+	header := false
+	for _, p := range order {
+		rl, ok := by[p]["redlease"]
+		if !ok {
+			continue
+		}
+		var parts []string
+		if rs, ok := by[p]["redsync"]; ok {
+			parts = append(parts, "cycles/s vs redsync "+ratio(rl.CyclesPerS, rs.CyclesPerS))
+		}
+		if raw, ok := by[p]["raw"]; ok {
+			parts = append(parts, "cycles/s vs raw "+ratio(rl.CyclesPerS, raw.CyclesPerS))
+		}
+		if rs, ok := by[p]["redsync"]; ok {
+			parts = append(parts, "acquire p99 vs redsync "+ratio(rl.AcquireP99, rs.AcquireP99))
+		}
+		if len(parts) == 0 {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\nredlease / other:")
+			header = true
+		}
+		fmt.Fprintf(w, "  %-11s workers=%-4d %s\n", p.workload, p.workers, strings.Join(parts, "   "))
+	}
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "   n/a"
+	}
+	return fmt.Sprintf("%5.2f×", a/b)
+}
+
+// writeJSON writes the results as a JSON array.
+func writeJSON(path string, results []Result) error {
+	b, err := json.MarshalIndent(results, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}

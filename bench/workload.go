@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The workloads. "held" (many leases kept alive by auto-extension) comes
+// once the engine extends leases.
+const (
+	uncontended = "uncontended"
+	contended   = "contended"
+)
+
+var workloadNames = []string{uncontended, contended}
+
+// run is one measured run of the plan: one client, one workload, one
+// worker count.
+type run struct {
+	client    string
+	workload  string
+	workers   int
+	resources int
+}
+
+// workerStats is what one worker records. Each worker owns its own, so the
+// loop shares nothing but the client under test; the slices are
+// preallocated so recording neither allocates nor moves memory mid-run.
+type workerStats struct {
+	acquire, release, handoff []time.Duration
+	errors                    int
+	firstErr                  error
+}
+
+// drive runs r's workload on lk for d, or until ctx ends, and returns each
+// worker's stats and the wall time until the last worker stopped. An
+// operation cut short by the end of the run is not counted, as a cycle
+// or as an error. perWorker sizes each worker's latency slices.
+func drive(ctx context.Context, lk locker, r run, d time.Duration, perWorker int) ([]workerStats, time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	// The client's name in the key keeps runs of different clients apart
+	// even if a FLUSHALL were missed.
+	names := make([]string, r.resources)
+	for i := range names {
+		names[i] = r.client + ":res:" + strconv.Itoa(i)
+	}
+	stats := make([]workerStats, r.workers)
+	for i := range stats {
+		stats[i].acquire = make([]time.Duration, 0, perWorker)
+		stats[i].release = make([]time.Duration, 0, perWorker)
+		if r.workload == contended {
+			stats[i].handoff = make([]time.Duration, 0, perWorker)
+		}
+	}
+	var released []atomic.Int64 // contended: when each resource's last Release began
+	base := time.Now()
+	if r.workload == contended {
+		released = make([]atomic.Int64, r.resources)
+	}
+
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range r.workers {
+		st := &stats[w]
+		if r.workload == contended {
+			wg.Go(func() { contendedWorker(ctx, lk, names, w, st, released, base) })
+		} else {
+			wg.Go(func() { uncontendedWorker(ctx, lk, names, w, r.workers, st) })
+		}
+	}
+	wg.Wait()
+	return stats, time.Since(start)
+}
+
+// uncontendedWorker cycles over its own resources w, w+W, w+2W, ... so no
+// two workers ever want the same lock (with more workers than resources,
+// worker w shares resource w mod R). Every acquire is a single round: a
+// failure is an error, never retried.
+func uncontendedWorker(ctx context.Context, lk locker, names []string, w, workers int, st *workerStats) {
+	var mine []string
+	for i := w; i < len(names); i += workers {
+		mine = append(mine, names[i])
+	}
+	if len(mine) == 0 {
+		mine = append(mine, names[w%len(names)])
+	}
+	// Releases run to completion even when the run ends, so no lock
+	// outlives it.
+	bg := context.WithoutCancel(ctx)
+	for i := 0; ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		l, err := lk.acquire(ctx, mine[i%len(mine)], false)
+		t1 := time.Now()
+		if err != nil {
+			if ctx.Err() == nil {
+				st.fail(err)
+			}
+			continue
+		}
+		err = l.Release(bg)
+		t2 := time.Now()
+		if err != nil {
+			st.fail(err)
+			continue
+		}
+		st.acquire = append(st.acquire, t1.Sub(t0))
+		st.release = append(st.release, t2.Sub(t1))
+	}
+}
+
+// contendedWorker loops on resource w mod R with the client's retries, so
+// each resource has W/R workers queuing for it. The hand-off latency runs
+// from the moment the previous holder called Release to the moment this
+// worker's acquire returned; only holders write released[r], so the value
+// read right after winning is the previous holder's.
+func contendedWorker(ctx context.Context, lk locker, names []string, w int, st *workerStats, released []atomic.Int64, base time.Time) {
+	r := w % len(names)
+	bg := context.WithoutCancel(ctx)
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		l, err := lk.acquire(ctx, names[r], true)
+		t1 := time.Now()
+		if err != nil {
+			if ctx.Err() == nil {
+				st.fail(err)
+			}
+			continue
+		}
+		if prev := released[r].Load(); prev != 0 {
+			st.handoff = append(st.handoff, t1.Sub(base)-time.Duration(prev))
+		}
+		released[r].Store(int64(time.Since(base)))
+		t2 := time.Now()
+		err = l.Release(bg)
+		t3 := time.Now()
+		if err != nil {
+			st.fail(err)
+			continue
+		}
+		st.acquire = append(st.acquire, t1.Sub(t0))
+		st.release = append(st.release, t3.Sub(t2))
+	}
+}
+
+func (st *workerStats) fail(err error) {
+	if st.errors == 0 {
+		st.firstErr = err
+	}
+	st.errors++
+}

@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/lease"
+)
+
+// EventKind says what happened to a lease: Acquired, Extended,
+// ExtendFailed, Lost, Released or Expired.
+type EventKind = lease.EventKind
+
+// Event is one step in a lease's life: its Kind, the Resource, the fencing
+// Token (0 without fencing), the validity deadline Until after the event,
+// and Err, the cause of ExtendFailed and of the terminal kinds (for a
+// failed extension an *ExtendError naming each node's answer).
+type Event = lease.Event
+
+// The kinds of events. Lost, Released and Expired are terminal: a lease
+// emits exactly one of them, last.
+const (
+	Acquired     = lease.Acquired
+	Extended     = lease.Extended
+	ExtendFailed = lease.ExtendFailed
+	Lost         = lease.Lost
+	Released     = lease.Released
+	Expired      = lease.Expired
+)
+
+// hub fans the events of every lease out to the engine's subscribers. It
+// is the only sender on, and the only closer of, each subscription channel.
+type hub struct {
+	subs    map[uint64]chan Event
+	dropped *atomic.Uint64
+}
+
+type (
+	subscribe struct {
+		id uint64
+		ch chan Event
+	}
+	unsubscribe struct{ id uint64 }
+	published   struct {
+		actors.Late
+		ev Event
+	}
+)
+
+func (h *hub) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *published:
+		for _, ch := range h.subs {
+			select {
+			case ch <- m.ev:
+			default:
+				h.dropped.Add(1)
+			}
+		}
+	case *subscribe:
+		h.subs[m.id] = m.ch
+	case *unsubscribe:
+		if ch, ok := h.subs[m.id]; ok {
+			delete(h.subs, m.id)
+			close(ch)
+		}
+	case *actor.Stopping:
+		for id, ch := range h.subs {
+			delete(h.subs, id)
+			close(ch)
+		}
+	}
+}
+
+// Subscribe returns a channel that receives the events of every lease of
+// the engine from now on, and a cancel func that closes it (idempotent).
+// Delivery never waits on the reader: when the channel's buffer is full
+// the event is dropped for this subscriber and counted in
+// Stats().EventsDropped. A Lease's Done and Err remain the source of truth.
+// Close closes every subscription after the leases' last events; after
+// Close, Subscribe returns a closed channel.
+func (e *Engine) Subscribe(buffer int) (events <-chan Event, cancel func()) {
+	ch := make(chan Event, max(buffer, 0))
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		close(ch)
+		return ch, func() {}
+	}
+	e.nextSub++
+	id := e.nextSub
+	e.subscribers.Add(1)
+	e.system.Root.Send(e.hub, &subscribe{id: id, ch: ch})
+	e.mu.Unlock()
+	var once atomic.Bool
+	return ch, func() {
+		if once.CompareAndSwap(false, true) {
+			e.subscribers.Add(-1)
+			e.system.Root.Send(e.hub, &unsubscribe{id: id})
+		}
+	}
+}
+
+// publish hands a lease's event to the hub when someone listens.
+func (e *Engine) publish(ev Event) {
+	if e.subscribers.Load() > 0 {
+		e.system.Root.Send(e.hub, &published{ev: ev})
+	}
+}

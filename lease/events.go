@@ -1,0 +1,60 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+)
+
+// EventKind says what happened to a lease.
+type EventKind int
+
+// The kinds of lease events. Lost, Released and Expired are terminal: each
+// lease emits exactly one of them, last.
+const (
+	Acquired     EventKind = iota + 1 // the lease is held
+	Extended                          // an extension moved Until forward
+	ExtendFailed                      // an extension round failed; the lease holds until Until
+	Lost                              // the lease ended before its time: another owner, or no extension by Until
+	Released                          // the holder (or Close) released it
+	Expired                           // it reached Until without being meant to go on
+)
+
+var kindNames = [...]string{
+	Acquired: "Acquired", Extended: "Extended", ExtendFailed: "ExtendFailed",
+	Lost: "Lost", Released: "Released", Expired: "Expired",
+}
+
+func (k EventKind) String() string {
+	if k > 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// Terminal reports whether k ends the lease.
+func (k EventKind) Terminal() bool { return k >= Lost }
+
+// Event is one step in a lease's life.
+type Event struct {
+	Kind     EventKind
+	Resource string
+	Token    uint64    // fencing token; 0 without fencing
+	Until    time.Time // validity deadline after this event
+	Err      error     // the cause, for ExtendFailed and the terminal kinds
+}
+
+// emit delivers ev on the lease's own channel without ever blocking: the
+// last slot is kept for the terminal event, so only non-terminal events
+// can be dropped (and are counted). Subscribers get it through Publish.
+func (a *leaseActor) emit(kind EventKind, err error) {
+	ev := Event{Kind: kind, Resource: a.cfg.Resource, Until: a.state.Until(), Err: err}
+	ch := a.state.events
+	if kind.Terminal() || len(ch) < cap(ch)-1 {
+		ch <- ev
+	} else if a.cfg.Dropped != nil {
+		a.cfg.Dropped.Add(1)
+	}
+	if a.cfg.Publish != nil {
+		a.cfg.Publish(ev)
+	}
+}

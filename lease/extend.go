@@ -1,0 +1,105 @@
+package lease
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redlease/redlease/actors"
+)
+
+// planExtend schedules the next automatic extension at at, unless the
+// lease is not auto-extended or MaxHold has passed by then: the lease then
+// runs to its deadline and expires.
+func (a *leaseActor) planExtend(at time.Time) {
+	if a.cfg.MaxHold <= 0 {
+		return
+	}
+	if !at.Before(a.acquired.Add(a.cfg.MaxHold)) {
+		a.extendsOver = true
+		return
+	}
+	a.extendAt = at
+	if a.extendTimer != nil {
+		a.extendTimer.Stop()
+	}
+	a.extendTimer = actors.After(a.system, time.Until(at), a.self, &extendTick{})
+}
+
+func (a *leaseActor) startExtend() {
+	a.extending = true
+	a.tally = tally{n: len(a.cfg.Nodes)}
+	a.start = time.Now()
+	a.sendAll(a.extendCmd)
+	a.roundTimer = actors.After(a.system, a.cfg.NodeTimeout, a.self, &roundTimeout{round: a.round})
+}
+
+// onExtend runs a manual extension, or joins the round in flight.
+func (a *leaseActor) onExtend(m *Extend) {
+	if a.phase != held {
+		m.Reply <- ExtendResult{Err: a.state.Err()}
+		return
+	}
+	a.waiters = append(a.waiters, m.Reply)
+	if !a.extending {
+		if a.extendTimer != nil {
+			a.extendTimer.Stop()
+		}
+		a.startExtend()
+	}
+}
+
+// extendVote decides an extend round once its votes allow: extended with a
+// quorum in time; lost when a quorum holds another owner's key; failed when
+// a quorum is out of reach.
+func (a *leaseActor) extendVote() {
+	now := time.Now()
+	switch {
+	case a.tally.won():
+		if now.Before(a.state.Until()) && Validity(a.cfg.TTL, now.Sub(a.start), a.cfg.DriftFactor) > 0 {
+			a.extended()
+		} else {
+			a.extendFailed(errTooSlow)
+		}
+	case a.tally.taken >= Quorum(a.tally.n):
+		a.roundTimer.Stop()
+		err := fmt.Errorf("%w: %w", ErrLeaseLost, a.cfg.Explain(a.votes, errNotMine))
+		a.sendAll(a.releaseCmd) // our key may linger on a minority
+		a.end(Lost, err)
+	case a.tally.lost():
+		a.extendFailed(errRefused)
+	}
+}
+
+func (a *leaseActor) extended() {
+	a.roundTimer.Stop()
+	a.extending = false
+	a.lastFailure = nil
+	a.state.setUntil(a.start.Add(a.cfg.TTL - Drift(a.cfg.TTL, a.cfg.DriftFactor)))
+	a.expireTimer.Stop()
+	a.expireTimer = actors.After(a.system, time.Until(a.state.Until()), a.self, &expire{})
+	a.answerWaiters(nil)
+	a.emit(Extended, nil)
+	a.planExtend(a.start.Add(a.cfg.TTL / 3))
+}
+
+// extendFailed reports the failed round and, for an auto-extended lease,
+// tries again soon (randomized, so contending rounds do not align) while
+// the validity lasts.
+func (a *leaseActor) extendFailed(cause error) {
+	a.roundTimer.Stop()
+	a.extending = false
+	err := a.cfg.Explain(a.votes, cause)
+	a.lastFailure = err
+	a.answerWaiters(err)
+	a.emit(ExtendFailed, err)
+	if at := time.Now().Add(jitter(a.cfg.TTL / 15)); at.Before(a.state.Until()) {
+		a.planExtend(at)
+	}
+}
+
+func (a *leaseActor) answerWaiters(err error) {
+	for _, w := range a.waiters {
+		w <- ExtendResult{Err: err, Votes: a.votes}
+	}
+	a.waiters = nil
+}
