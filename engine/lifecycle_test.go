@@ -1,0 +1,332 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// collect reads a lease's events until the channel closes.
+func collect(t *testing.T, l *Lease, limit time.Duration) []Event {
+	t.Helper()
+	var evs []Event
+	timeout := time.After(limit)
+	for {
+		select {
+		case ev, ok := <-l.Events():
+			if !ok {
+				return evs
+			}
+			evs = append(evs, ev)
+		case <-timeout:
+			t.Fatalf("event channel still open after %v; got %v", limit, kinds(evs))
+		}
+	}
+}
+
+func kinds(evs []Event) []EventKind {
+	out := make([]EventKind, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Kind
+	}
+	return out
+}
+
+func TestAutoExtendKeepsLeaseAlive(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	e := newEngine(t, c.Addrs())
+	ctx := t.Context()
+	l, err := e.Acquire(ctx, "keep", WithTTL(time.Second), WithAutoExtend(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.Until()
+	time.Sleep(3 * time.Second)
+	select {
+	case <-l.Done():
+		t.Fatalf("auto-extended 1s lease ended after 3s: %v", l.Err())
+	default:
+	}
+	if !l.Until().After(first.Add(2 * time.Second)) {
+		t.Fatalf("Until moved from %v to %v in 3s", first, l.Until())
+	}
+	if got := count(values(t, c, "keep"), l.Value()); got < 3 {
+		t.Fatalf("key on %d nodes after 3s", got)
+	}
+	for _, n := range c.Nodes {
+		if pttl, err := n.PTTL(ctx, lockKey("keep")); err != nil || pttl > time.Second {
+			t.Fatalf("PTTL %v, %v: want at most the 1s TTL", pttl, err)
+		}
+	}
+	if err := l.Extend(ctx); err != nil {
+		t.Fatalf("manual Extend: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs := collect(t, l, time.Second)
+	ks := kinds(evs)
+	if ks[0] != Acquired || ks[len(ks)-1] != Released || len(ks) < 6 {
+		t.Fatalf("events %v: want Acquired, several Extended, Released", ks)
+	}
+	for i, ev := range evs[1 : len(evs)-1] {
+		if ev.Kind != Extended || !ev.Until.After(evs[i].Until) || ev.Resource != "keep" {
+			t.Fatalf("event %d %+v: want Extended with Until moving forward", i+1, ev)
+		}
+	}
+}
+
+// The holder learns of the loss no later than the validity deadline, with
+// the events that led to it.
+func TestPausedMajorityLosesLeaseByDeadline(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	e := newEngine(t, c.Addrs())
+	l, err := e.Acquire(t.Context(), "fragile", WithTTL(time.Second), WithAutoExtend(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []Event
+	for ev := range l.Events() { // wait for one extension
+		evs = append(evs, ev)
+		if ev.Kind == Extended {
+			break
+		}
+	}
+	for _, i := range []int{0, 2, 4} {
+		if err := c.Nodes[i].Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes {
+			_ = n.Resume()
+		}
+	})
+	<-l.Done()
+	lag := time.Since(l.Until())
+	if lag < 0 || lag > 100*time.Millisecond {
+		t.Fatalf("Done closed %v after Until, want within scheduling slack", lag)
+	}
+	t.Logf("lost-signal lag: %v after the deadline", lag)
+	if !errors.Is(l.Err(), ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+	evs = append(evs, collect(t, l, time.Second)...)
+	ks := kinds(evs)
+	if ks[0] != Acquired || ks[1] != Extended || ks[len(ks)-1] != Lost {
+		t.Fatalf("events %v: want Acquired, Extended…, ExtendFailed…, Lost", ks)
+	}
+	failed := 0
+	for _, ev := range evs[2 : len(evs)-1] {
+		if ev.Kind == ExtendFailed {
+			failed++
+			var xe *ExtendError
+			if !errors.As(ev.Err, &xe) || len(xe.Nodes) != 5 {
+				t.Fatalf("ExtendFailed Err %v: want an *ExtendError naming 5 nodes", ev.Err)
+			}
+		} else if ev.Kind != Extended {
+			t.Fatalf("events %v: unexpected %v", ks, ev.Kind)
+		}
+	}
+	if failed == 0 {
+		t.Fatalf("events %v: no ExtendFailed before Lost", ks)
+	}
+}
+
+func TestForeignOwnerMeansLost(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	e := newEngine(t, c.Addrs())
+	ctx := t.Context()
+	l, err := e.Acquire(ctx, "stolen", WithTTL(900*time.Millisecond), WithAutoExtend(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		if err := n.Set(ctx, lockKey("stolen"), "thief", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stolen := time.Now()
+	select {
+	case <-l.Done():
+	case <-time.After(2 * time.Second):
+		t.Fatal("lease not lost after its key was overwritten everywhere")
+	}
+	// At the next extension (at a third of the TTL), not at the deadline.
+	if took := time.Since(stolen); took > 600*time.Millisecond {
+		t.Fatalf("lost after %v: want it at the next extension, ~300ms", took)
+	}
+	var xe *ExtendError
+	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.As(l.Err(), &xe) {
+		t.Fatalf("Err = %v, want ErrLeaseLost with node outcomes", l.Err())
+	}
+	if got := count(values(t, c, "stolen"), "thief"); got != 5 {
+		t.Fatalf("the other owner's key is on %d nodes, want 5", got)
+	}
+	if ks := kinds(collect(t, l, time.Second)); ks[len(ks)-1] != Lost {
+		t.Fatalf("events %v: want Lost last", ks)
+	}
+	if err := l.Extend(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Extend after loss = %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestMaxHoldThenExpired(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	e := newEngine(t, c.Addrs())
+	const ttl, maxHold = 600 * time.Millisecond, 1500 * time.Millisecond
+	start := time.Now()
+	l, err := e.Acquire(t.Context(), "bounded", WithTTL(ttl), WithAutoExtend(maxHold))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-l.Done()
+	held := time.Since(start)
+	if held < maxHold || held > maxHold+ttl+100*time.Millisecond {
+		t.Fatalf("held %v, want between maxHold %v and maxHold+TTL", held, maxHold)
+	}
+	if !errors.Is(l.Err(), ErrExpired) {
+		t.Fatalf("Err = %v, want ErrExpired", l.Err())
+	}
+	ks := kinds(collect(t, l, time.Second))
+	if ks[len(ks)-1] != Expired || len(ks) < 4 {
+		t.Fatalf("events %v: want Acquired, Extended…, Expired", ks)
+	}
+	if _, err := e.Acquire(t.Context(), "x", WithAutoExtend(0)); err == nil {
+		t.Fatal("WithAutoExtend(0) accepted: an unbounded lease")
+	}
+}
+
+func TestReleaseStopsExtension(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	e := newEngine(t, c.Addrs())
+	ctx := t.Context()
+	l, err := e.Acquire(ctx, "stop", WithTTL(300*time.Millisecond), WithAutoExtend(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cause := context.Cause(l.Context())
+	if !errors.Is(cause, ErrReleased) {
+		t.Fatalf("Context cause = %v, want ErrReleased", cause)
+	}
+	for range 10 {
+		if got := count(values(t, c, "stop"), ""); got != 3 {
+			t.Fatalf("key came back on %d nodes after Release", 3-got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A subscriber that never reads costs drops, not delays.
+func TestStuckSubscriberDelaysNothing(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	e := newEngine(t, c.Addrs())
+	ctx := t.Context()
+	stuck, cancelStuck := e.Subscribe(0) // never read
+	defer cancelStuck()
+	events, cancel := e.Subscribe(1000)
+
+	var leases []*Lease
+	for i := range 20 {
+		l, err := e.Acquire(ctx, fmt.Sprintf("s%d", i), WithTTL(300*time.Millisecond), WithAutoExtend(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	time.Sleep(time.Second) // three extensions each
+	for _, l := range leases {
+		if l.Err() != nil {
+			t.Fatalf("lease %s ended: %v", l.Resource(), l.Err())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	seen := map[string][]EventKind{}
+	for ev := range events {
+		seen[ev.Resource] = append(seen[ev.Resource], ev.Kind)
+	}
+	for _, l := range leases {
+		ks := seen[l.Resource()]
+		if len(ks) < 4 || ks[0] != Acquired || ks[len(ks)-1] != Released {
+			t.Fatalf("subscriber saw %v for %s: want Acquired, Extended…, Released", ks, l.Resource())
+		}
+	}
+	if e.Stats().EventsDropped == 0 {
+		t.Fatal("the stuck subscriber's losses were not counted")
+	}
+	select {
+	case _, ok := <-stuck:
+		if ok {
+			t.Fatal("an unbuffered subscriber that never read got an event")
+		}
+	default:
+	}
+}
+
+// Engine.Subscribe sees every lease's events; cancelling closes it; Close
+// closes the rest after the leases' last events.
+func TestSubscribeAndClose(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	e, err := New(Config{Nodes: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	events, _ := e.Subscribe(100)
+	cancelled, cancel := e.Subscribe(100)
+	cancel()
+	cancel() // idempotent
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() {
+			if _, err := e.Acquire(ctx, fmt.Sprintf("c%d", i)); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range cancelled {
+		// drained: it must be closed
+	}
+	got := map[string][]EventKind{}
+	for ev := range events {
+		got[ev.Resource] = append(got[ev.Resource], ev.Kind)
+		if ev.Kind == Released && !errors.Is(ev.Err, ErrClosed) {
+			t.Fatalf("Released by Close with Err %v", ev.Err)
+		}
+	}
+	for i := range 5 {
+		if ks := got[fmt.Sprintf("c%d", i)]; fmt.Sprint(ks) != "[Acquired Released]" {
+			t.Fatalf("lease c%d events %v, want [Acquired Released]", i, ks)
+		}
+	}
+	after, _ := e.Subscribe(1)
+	if _, ok := <-after; ok {
+		t.Fatal("Subscribe after Close returned an open channel")
+	}
+}
+
+func TestEventKindString(t *testing.T) {
+	want := map[EventKind]string{Acquired: "Acquired", Extended: "Extended", ExtendFailed: "ExtendFailed",
+		Lost: "Lost", Released: "Released", Expired: "Expired", 0: "EventKind(0)", 42: "EventKind(42)"}
+	for k, s := range want {
+		if k.String() != s {
+			t.Errorf("%d.String() = %q, want %q", int(k), k.String(), s)
+		}
+	}
+}
