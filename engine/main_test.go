@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -52,3 +54,7 @@ func leakedStacks(pkgs []string) string {
 	}
 	return strings.Join(leaked, "\n\n")
 }
+
+var heldLeases = flag.Int("leases", 10000, "leases held by BenchmarkHeldLeases")
+
+func errorsIsLost(l *Lease) bool { return errors.Is(l.Err(), ErrLeaseLost) }
