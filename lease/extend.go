@@ -16,6 +16,7 @@ func (a *leaseActor) planExtend(at time.Time) {
 	}
 	if !at.Before(a.acquired.Add(a.cfg.MaxHold)) {
 		a.extendsOver = true
+		a.state.setAtDeadline(ErrExpired)
 		return
 	}
 	a.extendAt = at
@@ -64,7 +65,7 @@ func (a *leaseActor) extendVote() {
 		a.roundTimer.Stop()
 		err := fmt.Errorf("%w: %w", ErrLeaseLost, a.cfg.Explain(a.votes, errNotMine))
 		a.sendAll(a.releaseCmd) // our key may linger on a minority
-		a.end(Lost, err)
+		a.end(err)
 	case a.tally.lost():
 		a.extendFailed(errRefused)
 	}
@@ -73,10 +74,11 @@ func (a *leaseActor) extendVote() {
 func (a *leaseActor) extended() {
 	a.roundTimer.Stop()
 	a.extending = false
-	a.lastFailure = nil
-	a.state.setUntil(a.start.Add(a.cfg.TTL - Drift(a.cfg.TTL, a.cfg.DriftFactor)))
-	a.expireTimer.Stop()
-	a.expireTimer = actors.After(a.system, time.Until(a.state.Until()), a.self, &expire{})
+	if !a.state.extendTo(a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.atDeadline(nil)) {
+		a.onDeadline() // the deadline passed while the votes were counted
+		return
+	}
+	a.armDeadline()
 	a.answerWaiters(nil)
 	a.emit(Extended, nil)
 	a.planExtend(a.start.Add(a.cfg.TTL / 3))
@@ -89,7 +91,7 @@ func (a *leaseActor) extendFailed(cause error) {
 	a.roundTimer.Stop()
 	a.extending = false
 	err := a.cfg.Explain(a.votes, cause)
-	a.lastFailure = err
+	a.state.setAtDeadline(a.atDeadline(err))
 	a.answerWaiters(err)
 	a.emit(ExtendFailed, err)
 	if at := time.Now().Add(jitter(a.cfg.TTL / 15)); at.Before(a.state.Until()) {

@@ -85,7 +85,6 @@ type leaseActor struct {
 	extending   bool                  // an extend round is out
 	extendAt    time.Time             // when the next extension was planned
 	extendsOver bool                  // MaxHold passed: the lease is meant to expire
-	lastFailure error                 // of the last failed extend round
 	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
 
 	roundTimer, retryTimer, expireTimer, extendTimer, lingerTimer *time.Timer
@@ -93,6 +92,7 @@ type leaseActor struct {
 
 func (a *leaseActor) Receive(ctx actor.Context) {
 	defer actors.Recover(func(reason any) { a.crash(ctx, reason) })
+	a.onDeadline() // the deadline timer may have ended the lease
 	switch m := ctx.Message().(type) {
 	case *node.Vote:
 		a.owed--
@@ -113,7 +113,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			a.startExtend()
 		}
 	case *expire:
-		a.onExpire()
+		a.onDeadline()
 	case *Extend:
 		a.onExtend(m)
 	case *Release:
@@ -123,7 +123,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case *Close:
 		if a.phase == held {
 			a.sendAll(a.releaseCmd)
-			a.end(Released, m.Err)
+			a.end(m.Err)
 		} else {
 			a.abort(m.Err)
 		}
@@ -212,9 +212,8 @@ func (a *leaseActor) hold() {
 	a.roundTimer.Stop()
 	a.phase = held
 	a.acquired = a.start
-	a.state.start = a.start
-	a.state.setUntil(a.start.Add(a.cfg.TTL - Drift(a.cfg.TTL, a.cfg.DriftFactor)))
-	a.expireTimer = actors.After(a.system, time.Until(a.state.Until()), a.self, &expire{})
+	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.atDeadline(nil))
+	a.armDeadline()
 	a.reply(Result{Attempts: a.attempts})
 	a.emit(Acquired, nil)
 	a.planExtend(a.start.Add(a.cfg.TTL / 3))
@@ -264,22 +263,41 @@ func (a *leaseActor) giveUp(cause error) {
 	a.startLinger()
 }
 
-// onExpire: the validity deadline passed without a later extension. A
-// lease meant to go on is lost; otherwise it simply expired.
-func (a *leaseActor) onExpire() {
-	if a.phase != held || time.Now().Before(a.state.Until()) {
-		return // ended already, or a timer of a deadline an extension moved
+// armDeadline sets the timer of the validity deadline. The timer ends the
+// lease itself, on its own goroutine, so Done closes at the deadline even
+// when this actor's mailbox is backed up; it then tells the actor, which
+// emits the terminal event and cleans up.
+func (a *leaseActor) armDeadline() {
+	if a.expireTimer != nil {
+		a.expireTimer.Stop()
 	}
-	a.sendAll(a.releaseCmd) // eager: the keys may outlive the validity
-	if a.cfg.MaxHold > 0 && !a.extendsOver {
-		cause := a.lastFailure
-		if cause == nil {
-			cause = errNoExtension
+	a.expireTimer = time.AfterFunc(time.Until(a.state.Until()), func() {
+		if a.state.expireIfDue(time.Now()) {
+			a.system.Root.Send(a.self, &expire{})
 		}
-		a.end(Lost, fmt.Errorf("%w: %w", ErrLeaseLost, cause))
+	})
+}
+
+// atDeadline is the error a held lease ends with if its deadline passes
+// now: a lease meant to go on is lost (failure says why); otherwise it
+// simply expired.
+func (a *leaseActor) atDeadline(failure error) error {
+	if a.cfg.MaxHold <= 0 || a.extendsOver {
+		return ErrExpired
+	}
+	if failure == nil {
+		failure = errNoExtension
+	}
+	return fmt.Errorf("%w: %w", ErrLeaseLost, failure)
+}
+
+// onDeadline finishes a lease that its deadline timer ended.
+func (a *leaseActor) onDeadline() {
+	if a.phase != held || !a.state.hasEnded() {
 		return
 	}
-	a.end(Expired, ErrExpired)
+	a.sendAll(a.releaseCmd) // eager: the keys may outlive the validity
+	a.wrapUp(a.state.err)
 }
 
 func (a *leaseActor) onRelease(m *Release) {
@@ -289,16 +307,25 @@ func (a *leaseActor) onRelease(m *Release) {
 	}
 	a.release = m.Reply
 	a.sendAll(a.releaseCmd)
-	a.end(Released, ErrReleased)
+	a.end(ErrReleased)
 }
 
-// end closes Done with err, emits the terminal event and closes the event
-// channel.
-func (a *leaseActor) end(kind EventKind, err error) {
+// end ends the lease with err, unless its deadline timer was first, and
+// wraps up.
+func (a *leaseActor) end(err error) {
+	if !a.state.finish(err) {
+		err = a.state.err
+	}
+	a.wrapUp(err)
+}
+
+// wrapUp follows the end of the lease: the terminal event, the closed event
+// channel, answers to pending Extend calls.
+func (a *leaseActor) wrapUp(err error) {
 	a.phase = ended
 	a.extending = false
 	a.stopTimers()
-	a.state.finish(err)
+	kind := terminalKind(err)
 	a.emit(kind, err)
 	close(a.state.events)
 	for _, w := range a.waiters {
@@ -311,6 +338,16 @@ func (a *leaseActor) end(kind EventKind, err error) {
 		a.cfg.Logger.Info("redlease: lease ended", "resource", a.cfg.Resource, "err", err)
 	}
 	a.startLinger()
+}
+
+func terminalKind(err error) EventKind {
+	switch {
+	case errors.Is(err, ErrReleased):
+		return Released
+	case errors.Is(err, ErrExpired):
+		return Expired
+	}
+	return Lost
 }
 
 // startLinger bounds the wait for owed votes, should a node actor not
@@ -360,7 +397,7 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	switch a.phase {
 	case held:
 		a.sendAll(a.releaseCmd)
-		a.end(Lost, fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		a.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
 	case acquiring, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {

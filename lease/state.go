@@ -16,9 +16,10 @@ type State struct {
 	start   time.Time     // start of the winning round, written before the Result is sent
 	until   atomic.Int64  // validity deadline, in nanoseconds after start
 
-	mu    sync.Mutex
-	onEnd []func() // run once, when the lease ends
-	ended bool
+	mu         sync.Mutex
+	onEnd      []func() // run once, when the lease ends
+	ended      bool
+	atDeadline error // what the lease ends with if its deadline passes
 }
 
 func newState(events int) *State {
@@ -48,10 +49,84 @@ func (s *State) Err() error {
 // Until is the validity deadline, carrying a monotonic clock reading.
 func (s *State) Until() time.Time { return s.start.Add(time.Duration(s.until.Load())) }
 
-func (s *State) setUntil(t time.Time) { s.until.Store(int64(t.Sub(s.start))) }
+// hold starts the validity clock: the lease runs until t unless extended,
+// and ends with atDeadline if that passes.
+func (s *State) hold(start, t time.Time, atDeadline error) {
+	s.start = start
+	s.until.Store(int64(t.Sub(start)))
+	s.atDeadline = atDeadline
+}
 
-// AfterEnd runs f once the lease has ended (at once if it has), on the
-// actor's goroutine: f must not block.
+// extendTo moves the deadline to t and sets what passing it means, unless
+// the lease already ended (its deadline timer may have fired meanwhile).
+func (s *State) extendTo(t time.Time, atDeadline error) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return false
+	}
+	s.until.Store(int64(t.Sub(s.start)))
+	s.atDeadline = atDeadline
+	return true
+}
+
+// setAtDeadline changes what the lease ends with at its deadline.
+func (s *State) setAtDeadline(err error) {
+	s.mu.Lock()
+	s.atDeadline = err
+	s.mu.Unlock()
+}
+
+// expireIfDue ends the lease with its deadline error if the deadline has
+// passed. It runs on the deadline timer's goroutine, so that Done closes
+// on time however busy the actor's mailbox is.
+func (s *State) expireIfDue(now time.Time) bool {
+	s.mu.Lock()
+	if s.ended || now.Before(s.Until()) {
+		s.mu.Unlock()
+		return false
+	}
+	return s.endLocked(s.atDeadline)
+}
+
+// finish ends the lease with err; false if it had already ended.
+func (s *State) finish(err error) bool {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return false
+	}
+	return s.endLocked(err)
+}
+
+// endLocked records err, closes done, unlocks and runs the AfterEnd
+// functions.
+func (s *State) endLocked(err error) bool {
+	s.ended = true
+	s.err = err
+	close(s.done)
+	fs := s.onEnd
+	s.onEnd = nil
+	s.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+	return true
+}
+
+// hasEnded reports whether the lease ended (perhaps by its deadline timer,
+// before the actor heard of it).
+func (s *State) hasEnded() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// AfterEnd runs f once the lease has ended (at once if it has). f runs on
+// whichever goroutine ends the lease and must not block.
 func (s *State) AfterEnd(f func()) {
 	s.mu.Lock()
 	if !s.ended {
@@ -61,18 +136,4 @@ func (s *State) AfterEnd(f func()) {
 	}
 	s.mu.Unlock()
 	f()
-}
-
-// finish records err, closes done and runs the AfterEnd functions.
-func (s *State) finish(err error) {
-	s.err = err
-	close(s.done)
-	s.mu.Lock()
-	s.ended = true
-	fs := s.onEnd
-	s.onEnd = nil
-	s.mu.Unlock()
-	for _, f := range fs {
-		f()
-	}
 }
