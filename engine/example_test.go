@@ -58,3 +58,33 @@ func ExampleEngine_TryAcquire() {
 }
 
 func writeInvoice(ctx context.Context, id int) error { return ctx.Err() }
+
+// Watch a lease that keeps itself alive: its events say when it was
+// extended, when an extension failed and how, and how it ended; its
+// context is what the protected work runs under.
+func ExampleLease_Events() {
+	var e *engine.Engine // from engine.New
+	lease, err := e.Acquire(context.Background(), "leader", engine.WithTTL(3*time.Second), engine.WithAutoExtend(time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	go lead(lease.Context()) // cancelled, with the cause, when the lease ends
+
+	for ev := range lease.Events() { // closed after the terminal event
+		switch ev.Kind {
+		case engine.Extended:
+			log.Printf("%s held until %v", ev.Resource, ev.Until)
+		case engine.ExtendFailed:
+			log.Printf("%s: extension failed, still held until %v: %v", ev.Resource, ev.Until, ev.Err)
+		case engine.Lost, engine.Released, engine.Expired:
+			log.Printf("%s ended (%v): %v", ev.Resource, ev.Kind, ev.Err)
+		}
+	}
+	// Done and Err are the source of truth, even if events were dropped.
+	<-lease.Done()
+	if errors.Is(lease.Err(), engine.ErrLeaseLost) {
+		log.Print("stepping down: leadership lost")
+	}
+}
+
+func lead(ctx context.Context) { <-ctx.Done() }
