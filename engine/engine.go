@@ -23,6 +23,7 @@ type Engine struct {
 	cfg       Config
 	system    *actor.ActorSystem
 	ownSystem bool
+	dispatch  *actors.Dispatcher
 	nodes     []*node.Node
 	pids      []*actor.PID
 
@@ -55,7 +56,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, system: cfg.ActorSystem, live: make(map[*lease.State]*actor.PID)}
+	e := &Engine{cfg: cfg, system: cfg.ActorSystem, live: make(map[*lease.State]*actor.PID), dispatch: actors.NewDispatcher()}
 	if e.system == nil {
 		e.system = actors.NewSystem(cfg.Logger)
 		e.ownSystem = true
@@ -63,11 +64,11 @@ func New(cfg Config) (*Engine, error) {
 	e.publishFn, e.explainFn = e.publish, e.explain
 	e.hub = e.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
-	}))
+	}, actor.WithDispatcher(e.dispatch)))
 	for i, addr := range cfg.Nodes {
 		n := node.Spawn(e.system, node.Config{
 			Index: i, Addr: addr, Client: clients[i], Options: cfg.clientOption(addr),
-			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
+			Timeout: cfg.NodeTimeout, Logger: cfg.Logger, Dispatcher: e.dispatch,
 		})
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)
@@ -141,6 +142,7 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
 		Attempts: attempts, MaxHold: o.maxHold, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
 		OnStop: e.forget, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
+		Dispatcher: e.dispatch,
 	}
 	if attempts > 1 {
 		cfg.BackOff = o.newBackOff()
@@ -262,6 +264,7 @@ func (e *Engine) Close() error {
 	for _, n := range e.nodes {
 		n.Stop()
 	}
+	e.dispatch.Stop()
 	if e.ownSystem {
 		e.system.Shutdown()
 	}

@@ -30,6 +30,7 @@ type Config struct {
 	MaxHold     time.Duration   // > 0: extend automatically until MaxHold after acquire
 	EventBuffer int             // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
+	Dispatcher  actor.Dispatcher // runs the mailbox; nil for protoactor's default
 
 	Reply   chan<- Result // buffered 1; receives exactly one Result
 	OnStop  func(*State)  // called once the actor stopped
@@ -48,8 +49,13 @@ func Spawn(system *actor.ActorSystem, cfg Config) (*actor.PID, *State) {
 	if cfg.Explain == nil {
 		cfg.Explain = func(_ []node.Vote, cause error) error { return cause }
 	}
-	a := &leaseActor{cfg: cfg, system: system, state: newState(cfg.EventBuffer), votes: make([]node.Vote, len(cfg.Nodes))}
-	pid := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
+	a := &leaseActor{cfg: cfg, system: system, state: newState(cfg.EventBuffer), votes: make([]node.Vote, len(cfg.Nodes)),
+		debug: cfg.Logger.Enabled(context.Background(), slog.LevelDebug)}
+	props := actor.PropsFromProducer(func() actor.Actor { return a })
+	if cfg.Dispatcher != nil {
+		props = actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(cfg.Dispatcher))
+	}
+	pid := system.Root.Spawn(props)
 	return pid, a.state
 }
 
@@ -65,6 +71,7 @@ const (
 
 type leaseActor struct {
 	cfg    Config
+	debug  bool // log every vote: checked once, not per vote
 	system *actor.ActorSystem
 	self   *actor.PID
 	state  *State
@@ -176,7 +183,7 @@ func (a *leaseActor) vote(v *node.Vote) {
 		return // from an earlier round
 	}
 	a.votes[v.Node] = *v
-	if a.cfg.Logger.Enabled(context.Background(), slog.LevelDebug) {
+	if a.debug {
 		a.cfg.Logger.Debug("redlease: vote", "resource", a.cfg.Resource, "node", v.Node,
 			"round", v.Round, "outcome", v.Outcome, "rtt", v.RTT, "err", v.Err)
 	}

@@ -33,15 +33,15 @@ type Config struct {
 	Options rueidis.ClientOption
 	Timeout time.Duration // per command, from reaching the actor to the answer
 	Logger  *slog.Logger
+	// Dispatcher runs the actor's mailbox; nil for protoactor's default.
+	Dispatcher actor.Dispatcher
 }
 
 // Node is a running node actor. Send it *Acquire, *Extend and *Release.
 type Node struct {
-	PID     *actor.PID
-	system  *actor.ActorSystem
-	conn    *conn
-	batches *sync.WaitGroup
-	stats   *Stats
+	PID    *actor.PID
+	system *actor.ActorSystem
+	actor  *nodeActor
 }
 
 // Stats counts a node actor's work. Read it with atomic loads through
@@ -52,7 +52,7 @@ type Stats struct {
 }
 
 // Stats returns the node's live counters.
-func (n *Node) Stats() *Stats { return n.stats }
+func (n *Node) Stats() *Stats { return &n.actor.stats }
 
 // Spawn starts the node actor for cfg.
 func Spawn(system *actor.ActorSystem, cfg Config) *Node {
@@ -63,17 +63,25 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 		cfg:    cfg,
 		system: system,
 		conn:   &conn{opt: cfg.Options, client: cfg.Client},
+		work:   make(chan []entry, 1),
+		idle:   make(chan struct{}),
 	}
-	pid := system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor { return a }))
-	return &Node{PID: pid, system: system, conn: a.conn, batches: &a.batches, stats: &a.stats}
+	props := actor.PropsFromProducer(func() actor.Actor { return a })
+	if cfg.Dispatcher != nil {
+		props = actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(cfg.Dispatcher))
+	}
+	a.self = system.Root.Spawn(props)
+	go a.sender()
+	return &Node{PID: a.self, system: system, actor: a}
 }
 
 // Stop stops the actor (commands still queued are answered with
 // ErrStopped), waits for the batch on the wire and closes the client.
 func (n *Node) Stop() {
 	_ = n.system.Root.StopFuture(n.PID).Wait()
-	n.batches.Wait()
-	n.conn.close()
+	n.actor.stopOnce.Do(func() { close(n.actor.work) })
+	<-n.actor.idle
+	n.actor.conn.close()
 }
 
 type op uint8
@@ -93,15 +101,18 @@ type entry struct {
 }
 
 type nodeActor struct {
-	cfg     Config
-	system  *actor.ActorSystem
-	self    *actor.PID
-	conn    *conn
-	queue   []entry // waiting for the batch on the wire to return
-	spare   []entry // the last batch's slice, reused
-	busy    bool    // a batch is on the wire
-	batches sync.WaitGroup
-	stats   Stats
+	cfg    Config
+	system *actor.ActorSystem
+	self   *actor.PID
+	conn   *conn
+	queue  []entry // waiting for the batch on the wire to return
+	spare  []entry // the last batch's slice, reused
+	busy   bool    // a batch is on the wire
+	stats  Stats
+
+	work     chan []entry  // to the sender goroutine; holds at most the one batch in flight
+	idle     chan struct{} // closed when the sender goroutine returned
+	stopOnce sync.Once
 }
 
 func (a *nodeActor) Receive(ctx actor.Context) {
@@ -121,8 +132,6 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		a.busy = false
 		a.spare = m.batch[:0]
 		a.flush()
-	case *actor.Started:
-		a.self = ctx.Self()
 	case *actor.Stopping:
 		a.failQueued(ErrStopped)
 	}
@@ -163,14 +172,22 @@ func (a *nodeActor) flush() {
 		return
 	}
 	a.busy = true
-	a.batches.Add(1)
-	go a.run(batch, batch[0].queued.Add(a.cfg.Timeout))
+	a.work <- batch // never blocks: the sender is idle while not busy
 }
 
-// run sends one batch and answers every entry of it. It runs off the
-// mailbox and reports back with *sent.
+// sender is the node's long-lived goroutine that puts batches on the wire,
+// off the mailbox. (A goroutine per batch would grow a fresh stack through
+// rueidis every time.)
+func (a *nodeActor) sender() {
+	defer close(a.idle)
+	for batch := range a.work {
+		a.run(batch, batch[0].queued.Add(a.cfg.Timeout))
+	}
+}
+
+// run sends one batch, answers every entry of it and reports back with
+// *sent.
 func (a *nodeActor) run(batch []entry, deadline time.Time) {
-	defer a.batches.Done()
 	client, err := a.conn.get()
 	if err != nil {
 		now := time.Now()
