@@ -39,9 +39,11 @@ type Result struct {
 	WriteSyscalls float64 `json:"write_syscalls_per_cycle"`
 
 	// HandoffP50 and HandoffP99 (contended only): from a holder's call to
-	// Release to the next holder's acquire returning.
+	// Release to the acquire of the next holder, another worker,
+	// returning. Handoffs counts those changes of holder.
 	HandoffP50 *float64 `json:"handoff_p50_us,omitempty"`
 	HandoffP99 *float64 `json:"handoff_p99_us,omitempty"`
+	Handoffs   *int     `json:"handoffs,omitempty"`
 }
 
 // summarize turns a run's samples and counters into its Result.
@@ -76,7 +78,8 @@ func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, bef
 	if r.workload == contended {
 		h := merge(stats, func(s *workerStats) []time.Duration { return s.handoff })
 		p50, p99 := quantile(h, 0.50), quantile(h, 0.99)
-		res.HandoffP50, res.HandoffP99 = &p50, &p99
+		n := len(h)
+		res.HandoffP50, res.HandoffP99, res.Handoffs = &p50, &p99, &n
 	}
 	return res
 }
@@ -90,7 +93,7 @@ func printTable(w io.Writer, results []Result) {
 		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "hand p50", "hand p99")
 	for _, r := range results {
 		h50, h99 := "-", "-"
-		if r.HandoffP50 != nil {
+		if r.HandoffP50 != nil && r.Handoffs != nil && *r.Handoffs > 0 {
 			h50, h99 = fmt.Sprintf("%.0f", *r.HandoffP50), fmt.Sprintf("%.0f", *r.HandoffP99)
 		}
 		fmt.Fprintf(w, row, r.Client, r.Workload, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,

@@ -1,0 +1,359 @@
+// Command bench measures redlease against go-redsync and against the raw
+// Redlock commands sent straight through rueidis, on the same Redis nodes
+// in the same run, and prints a table, ratios, and optionally JSON and an
+// SVG plot. Run it from the repository root:
+//
+//	go run ./bench -h
+//
+// It is a module of its own (joined to the root by go.work) so that users
+// of the engine package never compile the comparison clients.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// localNodes is how many redis-server processes run without -nodes.
+const localNodes = 5
+
+// Defaults per workload for -workers and -resources.
+var (
+	defaultWorkers   = map[string][]int{uncontended: {1, 16, 128, 512}, contended: {16, 128}}
+	defaultResources = map[string]int{uncontended: 1000, contended: 4}
+)
+
+const usageText = `Usage: go run ./bench [flags]
+
+Benchmarks redlease against go-redsync (v4, default options, over go-redis
+v9) and "raw" (the Redlock commands a perfect client needs, sent straight
+through rueidis: SET NX PX on all nodes, decide at quorum, compare-and-delete
+on all). All clients use a 10s TTL, run on the same nodes in the same
+process, one after another; every run is preceded by a FLUSHALL and a
+warm-up that is not measured.
+
+Workloads:
+  uncontended  W workers, R resources; worker w cycles over its own resources
+               w, w+W, w+2W, ...; a cycle is a single-round acquire (redlease
+               TryAcquire, redsync TryLock) plus release; a failed acquire is
+               an error, never retried.
+  contended    W workers on R resources (worker w on resource w mod R); a cycle
+               is an acquire with the client's own retries (redlease Acquire,
+               redsync Lock, raw: redlease's default schedule) plus release.
+               Also reports hand-offs, changes of holder: their count, and
+               their latency from a holder's call to Release to the next
+               holder's (another worker's) acquire returning.
+  held         TODO: N leases kept alive by auto-extension (extension lateness,
+               memory per lease). Not available until the engine extends
+               leases.
+
+Reported per run: cycles/s; acquire p50/p99/p99.9 and release p50/p99 (µs);
+errors; this process's CPU per cycle (getrusage) and its write syscalls per
+cycle (/proc/self/io syscw); the nodes' CPU per cycle (INFO cpu).
+
+Flags:
+`
+
+func main() {
+	os.Exit(mainCode())
+}
+
+// mainCode is main without os.Exit, so every deferred Close runs first.
+func mainCode() int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	nodesFlag := fs.String("nodes", "", "comma-separated host:port of independent Redis masters to use instead of starting\n"+
+		strconv.Itoa(localNodes)+" local redis-server processes on free loopback ports; they are FLUSHALLed\nbefore every run, so never point this at Redis holding data you need")
+	duration := fs.Duration("duration", 4*time.Second, "measured time per run")
+	warmup := fs.Duration("warmup", 300*time.Millisecond, "unmeasured warm-up before each run")
+	workersFlag := fs.String("workers", "", "comma-separated worker counts for every workload\n(default 1,16,128,512 for uncontended, 16,128 for contended)")
+	resources := fs.Int("resources", 0, "resources per run for every workload (default 1000 for uncontended, 4 for contended)")
+	workloadFlag := fs.String("workload", "uncontended,contended", "comma-separated workloads: uncontended, contended (held: TODO, see above)")
+	clientsFlag := fs.String("clients", strings.Join(clientNames, ","), "comma-separated clients")
+	jsonPath := fs.String("json", "", "write the results to `FILE` as a JSON array")
+	plotPath := fs.String("plot", "", "write an SVG plot to `FILE` (.svg): per workload a row with cycles/s and\nacquire p99 against workers, one line per client")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageText)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+
+	workloads, err := list(*workloadFlag, workloadNames)
+	if err != nil {
+		if strings.Contains(*workloadFlag, "held") {
+			err = errors.New(`workload "held" needs auto-extension, which the engine does not have yet`)
+		}
+		return usageError(fs, err)
+	}
+	clients, err := list(*clientsFlag, clientNames)
+	if err != nil {
+		return usageError(fs, err)
+	}
+	var workers []int
+	if *workersFlag != "" {
+		if workers, err = ints(*workersFlag); err != nil {
+			return usageError(fs, fmt.Errorf("-workers: %w", err))
+		}
+	}
+	if *duration <= 0 || *warmup < 0 || *resources < 0 {
+		return usageError(fs, errors.New("-duration must be > 0, -warmup and -resources >= 0"))
+	}
+	if *plotPath != "" && !strings.HasSuffix(strings.ToLower(*plotPath), ".svg") {
+		return usageError(fs, fmt.Errorf("-plot %q: only .svg is supported", *plotPath))
+	}
+	plan := makePlan(workloads, clients, workers, *resources)
+	for _, r := range plan {
+		if r.workload == uncontended && r.workers > r.resources {
+			fmt.Fprintf(os.Stderr, "bench: warning: %d workers on %d resources: uncontended workers will share resources\n", r.workers, r.resources)
+			break
+		}
+	}
+
+	// Ctrl-C or SIGTERM ends the current run; the deferred Closes then
+	// stop the nodes. A second signal kills at once (redisproc's nodes die
+	// with this process all the same).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	context.AfterFunc(ctx, stop)
+
+	addrs := splitList(*nodesFlag)
+	if len(addrs) == 0 {
+		fmt.Fprintf(os.Stderr, "bench: starting %d redis-server nodes\n", localNodes)
+		cluster, err := redisproc.StartNodes(localNodes)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err) // says how to install redis-server
+			return 1
+		}
+		defer cluster.Close()
+		addrs = cluster.Addrs()
+	}
+	adm, err := newAdmin(addrs)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		return 1
+	}
+	defer adm.close()
+
+	b := &bench{addrs: addrs, admin: adm, duration: *duration, warmup: *warmup, plan: plan, progress: newProgress(os.Stderr)}
+	fmt.Fprintf(os.Stderr, "bench: %d runs of %v (+%v warm-up) on %d nodes, GOMAXPROCS=%d, %s; about %v\n",
+		len(plan), *duration, *warmup, len(addrs), runtime.GOMAXPROCS(0), runtime.Version(), b.left(0).Round(time.Second))
+	start := time.Now()
+	results, err := b.runAll(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	}
+	fmt.Fprintf(os.Stderr, "bench: %d runs in %v\n\n", len(results), time.Since(start).Round(100*time.Millisecond))
+
+	if len(results) > 0 {
+		printTable(os.Stdout, results)
+		printRatios(os.Stdout, results)
+	}
+	code := 0
+	if err != nil {
+		code = 1
+		if ctx.Err() != nil {
+			code = 130
+		}
+	}
+	if *jsonPath != "" && len(results) > 0 {
+		if err := writeJSON(*jsonPath, results); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -json: %v\n", err)
+			code = 1
+		}
+	}
+	if *plotPath != "" && len(results) > 0 {
+		if err := writePlot(*plotPath, results, clients, *duration); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -plot: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// bench is one suite: the nodes, the plan, and how long each run takes.
+type bench struct {
+	addrs            []string
+	admin            *admin
+	duration, warmup time.Duration
+	plan             []run
+	progress         *progress
+}
+
+// runAll runs the plan in order and returns the results so far when one
+// run fails or ctx ends.
+func (b *bench) runAll(ctx context.Context) ([]Result, error) {
+	var results []Result
+	for i, r := range b.plan {
+		res, err := b.runOne(ctx, i, r)
+		if err != nil {
+			b.progress.abort()
+			if ctx.Err() != nil {
+				err = errors.New("interrupted")
+			}
+			return results, fmt.Errorf("run %d (%s %s workers=%d): %w", i+1, r.client, r.workload, r.workers, err)
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// runOne is one run: FLUSHALL, a fresh client, a warm-up, then the
+// measured part between two snapshots of the counters.
+func (b *bench) runOne(ctx context.Context, i int, r run) (Result, error) {
+	if err := b.admin.flushAll(ctx); err != nil {
+		return Result{}, err
+	}
+	lk, err := newLocker(r.client, b.addrs)
+	if err != nil {
+		return Result{}, err
+	}
+	defer lk.close()
+
+	b.progress.begin(fmt.Sprintf("[%d/%d] %s %s workers=%d", i+1, len(b.plan), r.client, r.workload, r.workers))
+	b.progress.status("warming up; suite " + fmtLeft(b.left(i)))
+	warm, warmElapsed := drive(ctx, lk, r, b.warmup, 64)
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	// Size the latency slices from the warm-up's pace, with room to spare.
+	warmCycles := 0
+	for _, s := range warm {
+		warmCycles += len(s.acquire)
+	}
+	perWorker := 64
+	if warmElapsed > 0 {
+		perWorker += int(1.5 * float64(warmCycles) / float64(r.workers) * b.duration.Seconds() / warmElapsed.Seconds())
+	}
+	warm = nil
+	runtime.GC() // the warm-up's garbage is not this run's cost
+
+	before, err := take(ctx, b.admin)
+	if err != nil {
+		return Result{}, err
+	}
+	writes := b.progress.tick(ctx, time.Now().Add(b.duration), func(runLeft time.Duration) string {
+		return fmtLeft(runLeft) + "; suite " + fmtLeft(runLeft+b.left(i+1))
+	})
+	stats, elapsed := drive(ctx, lk, r, b.duration, perWorker)
+	progressWrites := writes()
+	after, err := takeAfter(ctx, b.admin)
+	if err != nil {
+		return Result{}, err
+	}
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	res := summarize(r, len(b.addrs), stats, elapsed, before, after, progressWrites)
+	b.progress.end(fmt.Sprintf("%.0f cycles/s, acquire p99 %s, %d errors", res.CyclesPerS, fmtMicros(res.AcquireP99), res.Errors))
+	if res.FirstError != "" {
+		fmt.Fprintf(os.Stderr, "    first error: %s\n", res.FirstError)
+	}
+	return res, nil
+}
+
+// left estimates the time the runs from i on take.
+func (b *bench) left(i int) time.Duration {
+	const setup = 150 * time.Millisecond // FLUSHALL, connecting, summarizing
+	return time.Duration(len(b.plan)-i) * (b.duration + b.warmup + setup)
+}
+
+// makePlan orders the runs by workload, then worker count, then client,
+// so the clients of one point run back to back on a machine in the same
+// state.
+func makePlan(workloads, clients []string, workers []int, resources int) []run {
+	var plan []run
+	for _, wl := range workloads {
+		ws, res := workers, resources
+		if ws == nil {
+			ws = defaultWorkers[wl]
+		}
+		if res == 0 {
+			res = defaultResources[wl]
+		}
+		for _, w := range ws {
+			for _, c := range clients {
+				plan = append(plan, run{client: c, workload: wl, workers: w, resources: res})
+			}
+		}
+	}
+	return plan
+}
+
+// list splits a comma-separated flag and checks each item against known.
+func list(s string, known []string) ([]string, error) {
+	items := splitList(s)
+	if len(items) == 0 {
+		return nil, fmt.Errorf("empty list, want some of %s", strings.Join(known, ","))
+	}
+	for _, it := range items {
+		if !slices.Contains(known, it) {
+			return nil, fmt.Errorf("unknown %q, want some of %s", it, strings.Join(known, ","))
+		}
+	}
+	return items, nil
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, it := range splitList(s) {
+		n, err := strconv.Atoi(it)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("want positive integers, got %q", it)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for it := range strings.SplitSeq(s, ",") {
+		if it = strings.TrimSpace(it); it != "" {
+			out = append(out, it)
+		}
+	}
+	return out
+}
+
+func usageError(fs *flag.FlagSet, err error) int {
+	fmt.Fprintf(fs.Output(), "bench: %v (see -h)\n", err)
+	return 2
+}
+
+func fmtLeft(d time.Duration) string {
+	return d.Round(100*time.Millisecond).String() + " left"
+}
+
+// fmtMicros shows a µs value with a unit that keeps it short.
+func fmtMicros(us float64) string {
+	switch {
+	case us >= 1e6:
+		return trimZero(fmt.Sprintf("%.2f", us/1e6)) + "s"
+	case us >= 1e3:
+		return trimZero(fmt.Sprintf("%.1f", us/1e3)) + "ms"
+	}
+	return fmt.Sprintf("%.0fµs", us)
+}
