@@ -48,10 +48,11 @@ func (l *Lease) Err() error { return l.state.Err() }
 
 // Release deletes the lease's key on every node that holds it with this
 // lease's value (another owner's key is never touched) and ends the lease
-// with ErrReleased: Done closes at once. It waits for the nodes' answers,
-// at most Config.NodeTimeout, or until ctx ends (the release goes on). It
-// returns nil when a quorum confirmed, a *ReleaseError when not, and the
-// lease's Err when it had already ended.
+// with ErrReleased: Done closes at once. It returns as soon as a quorum of
+// nodes confirmed (a dead node does not hold it up), after at most
+// Config.NodeTimeout, or when ctx ends (the release goes on). It returns
+// nil when a quorum confirmed, a *ReleaseError when not, and the lease's
+// Err when it had already ended.
 func (l *Lease) Release(ctx context.Context) error {
 	select {
 	case <-l.state.Done():
@@ -75,13 +76,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if r.Err != nil {
 		return r.Err
 	}
-	confirmed := 0
-	for _, v := range r.Votes {
-		if v.Outcome == Granted || v.Outcome == Taken {
-			confirmed++
-		}
-	}
-	if confirmed < lease.Quorum(len(l.e.cfg.Nodes)) {
+	if r.Confirmed < lease.Quorum(len(l.e.cfg.Nodes)) {
 		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes)}
 	}
 	return nil

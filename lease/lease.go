@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -203,7 +204,30 @@ func (a *leaseActor) vote(v *node.Vote) {
 	case a.phase == held && a.extending:
 		a.tally.add(v.Outcome)
 		a.extendVote()
+	case a.release != nil:
+		a.answerRelease(false)
 	}
+}
+
+// answerRelease answers a pending Release once a quorum of nodes confirmed
+// that our key is gone (deleted, or not ours), or once all have answered:
+// a dead node does not hold up the holder.
+func (a *leaseActor) answerRelease(all bool) {
+	confirmed := 0
+	for _, v := range a.votes {
+		if v.Outcome == node.Granted || v.Outcome == node.Taken {
+			confirmed++
+		}
+	}
+	switch {
+	case confirmed >= Quorum(len(a.votes)):
+		a.release <- ReleaseResult{Confirmed: confirmed}
+	case all:
+		a.release <- ReleaseResult{Confirmed: confirmed, Votes: slices.Clone(a.votes)}
+	default:
+		return
+	}
+	a.release = nil
 }
 
 func (a *leaseActor) roundTimedOut() {
@@ -374,8 +398,7 @@ func (a *leaseActor) maybeStop(ctx actor.Context) {
 		a.reply(Result{Err: a.cause, Attempts: a.attempts, Votes: a.failedVotes})
 	}
 	if a.release != nil {
-		a.release <- ReleaseResult{Votes: a.votes}
-		a.release = nil
+		a.answerRelease(true)
 	}
 	a.stopTimers()
 	ctx.Stop(a.self)

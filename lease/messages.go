@@ -22,10 +22,12 @@ type Result struct {
 	Votes    []node.Vote // failure only: the last acquire round, by node; a zero Outcome means no answer
 }
 
-// ReleaseResult answers a Release.
+// ReleaseResult answers a Release, as soon as a quorum confirmed or all
+// nodes answered.
 type ReleaseResult struct {
-	Err   error       // set when the lease had already ended: its Err
-	Votes []node.Vote // by node; a zero Outcome means no answer
+	Err       error       // set when the lease had already ended: its Err
+	Confirmed int         // nodes that answered: deleted, or not ours
+	Votes     []node.Vote // by node, when fewer than a quorum confirmed; a zero Outcome means no answer
 }
 
 // ExtendResult answers an Extend.
