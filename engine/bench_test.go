@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // BenchmarkAcquireRelease measures uncontended acquire+release cycles on 5
@@ -17,7 +15,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, workers := range []int{1, 16, 128, 512} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			c := redisproc.Start(b, 5)
+			c := startNodes(b, 5)
 			e, err := New(Config{Nodes: c.Addrs(), NodeTimeout: time.Second})
 			if err != nil {
 				b.Fatal(err)

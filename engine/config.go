@@ -25,6 +25,7 @@ const (
 	DefaultConnectTimeout = time.Second
 	DefaultRetryAttempts  = 32
 	DefaultEventBuffer    = 8
+	DefaultHealthInterval = time.Second
 	// DefaultRetryInitial and DefaultRetryMax bound the default retry
 	// schedule: exponential, doubling, each wait randomized by ±50%.
 	DefaultRetryInitial = 2 * time.Millisecond
@@ -41,6 +42,23 @@ type Config struct {
 	// TTL is the default lease TTL (WithTTL overrides it per call).
 	// Default DefaultTTL (10s). It must exceed the drift allowance.
 	TTL time.Duration
+	// MaxTTL bounds the TTL of every lease (WithTTL above it is refused),
+	// and so how long a node that lost its data must sit out. Default:
+	// TTL. If other engines use these nodes with longer TTLs, set it to
+	// the longest.
+	MaxTTL time.Duration
+	// RestartQuarantine is how long a node that lost its data (a restart
+	// without persistence, seen as a new run_id or a missing epoch key)
+	// refuses to grant, counted from its restart: every lease it may have
+	// held has expired by then. A node seen for the first time without
+	// the epoch key is treated as restarted when its process started, so
+	// Redis that has been up longer than this is used at once. Default:
+	// MaxTTL. Negative turns the quarantine off (unsafe with nodes that
+	// run without persistence).
+	RestartQuarantine time.Duration
+	// HealthInterval is the time between health probes of each node (a
+	// fifth of it for a node that is down). Default 1s.
+	HealthInterval time.Duration
 	// DriftFactor is the clock drift allowed per unit of TTL; a lease's
 	// validity is TTL − elapsed − (TTL·DriftFactor + 2ms). Default 0.01;
 	// must be in (0, 0.5).
@@ -86,6 +104,15 @@ type Config struct {
 func (c Config) withDefaults() Config {
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = c.TTL
+	}
+	if c.RestartQuarantine == 0 {
+		c.RestartQuarantine = c.MaxTTL
+	}
+	if c.HealthInterval == 0 {
+		c.HealthInterval = DefaultHealthInterval
 	}
 	if c.DriftFactor == 0 {
 		c.DriftFactor = DefaultDriftFactor
@@ -148,6 +175,12 @@ func (c *Config) validate() error {
 	if err := checkTTL(c.TTL, c.DriftFactor); err != nil {
 		bad("TTL %v", err)
 	}
+	if c.MaxTTL < c.TTL {
+		bad("MaxTTL must be >= TTL (%v), got %v", c.TTL, c.MaxTTL)
+	}
+	if c.HealthInterval < 0 {
+		bad("HealthInterval must be > 0, got %v", c.HealthInterval)
+	}
 	if c.NodeTimeout < 0 || c.NodeTimeout >= c.TTL {
 		bad("NodeTimeout must be > 0 and below TTL (%v), got %v", c.TTL, c.NodeTimeout)
 	}
@@ -184,6 +217,10 @@ func checkAddr(addr string) error {
 	}
 	return nil
 }
+
+// epochKey marks, on every node, that it kept its data since redlease last
+// restored it. It cannot collide with a lock key, which holds braces.
+func (c *Config) epochKey() string { return c.KeyPrefix + "epoch" }
 
 // clientOption is the rueidis option for one node.
 func (c *Config) clientOption(addr string) rueidis.ClientOption {

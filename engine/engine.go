@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/redis/rueidis"
@@ -41,9 +42,10 @@ type Engine struct {
 
 // New validates cfg, connects to its nodes and starts the engine's actors.
 // An invalid cfg yields an error naming each bad field and value. New
-// fails when fewer than a quorum of nodes can be reached; nodes it cannot
-// reach (at most a minority) are redialled in the background and vote
-// Failed meanwhile. On error nothing is left running.
+// fails when fewer than a quorum of nodes can be reached, when a node is a
+// read-only replica, or when two addresses reach the same server; nodes it
+// cannot reach (at most a minority) are redialled in the background and
+// vote Failed meanwhile. On error nothing is left running.
 func New(cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -52,7 +54,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = actors.Discard
 	}
-	clients, err := connect(&cfg)
+	clients, infos, err := connect(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -69,6 +71,8 @@ func New(cfg Config) (*Engine, error) {
 		n := node.Spawn(e.system, node.Config{
 			Index: i, Addr: addr, Client: clients[i], Options: cfg.clientOption(addr),
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger, Dispatcher: e.dispatch,
+			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
+			First: infos[i],
 		})
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)
@@ -76,39 +80,72 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// connect dials every node at once. It fails, closing what it opened, when
-// fewer than a quorum answer.
-func connect(cfg *Config) ([]rueidis.Client, error) {
-	clients := make([]rueidis.Client, len(cfg.Nodes))
-	errs := make([]error, len(cfg.Nodes))
+// connect dials and probes every node at once. It fails, closing what it
+// opened, when fewer than a quorum answer, when a node is a read-only
+// replica, or when two addresses reach the same server (two votes from one
+// server would break the quorum).
+func connect(cfg *Config) ([]rueidis.Client, []*node.Info, error) {
+	n := len(cfg.Nodes)
+	clients := make([]rueidis.Client, n)
+	infos := make([]*node.Info, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i, addr := range cfg.Nodes {
 		wg.Go(func() {
-			clients[i], errs[i] = rueidis.NewClient(cfg.clientOption(addr))
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("redlease: node %s: %w", addr, errs[i])
+			c, err := rueidis.NewClient(cfg.clientOption(addr))
+			if err == nil {
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+				var info node.Info
+				info, err = node.Probe(ctx, c, cfg.epochKey())
+				cancel()
+				clients[i] = c
+				if err == nil {
+					infos[i] = &info
+				}
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("redlease: node %s: %w", addr, err)
 			}
 		})
 	}
 	wg.Wait()
+	closeAll := func() {
+		for _, c := range clients {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+	seen := make(map[string]int, n)
 	up := 0
-	for i, err := range errs {
-		if err == nil {
-			up++
-		} else {
-			cfg.Logger.Warn("redlease: node unreachable, will redial", "node", cfg.Nodes[i], "err", err)
+	for i, info := range infos {
+		if info == nil {
+			cfg.Logger.Warn("redlease: node unreachable, will redial", "node", cfg.Nodes[i], "err", errs[i])
+			continue
+		}
+		if info.Replica {
+			closeAll()
+			return nil, nil, fmt.Errorf("redlease: config: Nodes[%d] %q is a read-only replica: Redlock needs independent masters", i, cfg.Nodes[i])
+		}
+		if j, dup := seen[info.RunID]; dup {
+			closeAll()
+			return nil, nil, fmt.Errorf("redlease: config: Nodes[%d] %q and Nodes[%d] %q are the same server (run_id %s): one server must not vote twice",
+				j, cfg.Nodes[j], i, cfg.Nodes[i], info.RunID)
+		}
+		seen[info.RunID] = i
+		up++
+	}
+	if q := lease.Quorum(n); up < q {
+		closeAll()
+		return nil, nil, fmt.Errorf("redlease: %d of %d nodes reachable, %d needed: %w", up, n, q, errors.Join(errs...))
+	}
+	for i, c := range clients {
+		if infos[i] == nil && c != nil {
+			c.Close() // connected but the probe failed: redial from scratch
+			clients[i] = nil
 		}
 	}
-	if up >= lease.Quorum(len(cfg.Nodes)) {
-		return clients, nil
-	}
-	for _, c := range clients {
-		if c != nil {
-			c.Close()
-		}
-	}
-	return nil, fmt.Errorf("redlease: %d of %d nodes reachable, %d needed: %w",
-		up, len(cfg.Nodes), lease.Quorum(len(cfg.Nodes)), errors.Join(errs...))
+	return clients, infos, nil
 }
 
 // Acquire takes the lease on resource, retrying with randomized backoff
@@ -210,11 +247,16 @@ type Stats struct {
 	Nodes         []NodeStats
 }
 
-// NodeStats counts one node's traffic.
+// NodeStats counts one node's traffic and tells its health.
 type NodeStats struct {
 	Addr       string
 	Commands   uint64 // commands sent
 	RoundTrips uint64 // pipelined batches they went out in
+	Down       bool   // failing fast after unanswered batches, until a probe succeeds
+	// QuarantinedUntil: the node lost its data and refuses acquires until
+	// then (zero or past: not quarantined).
+	QuarantinedUntil time.Time
+	Restarts         uint64 // times it was seen to have lost its data
 }
 
 // Stats returns the engine's counters. Safe for concurrent use.
@@ -223,7 +265,13 @@ func (e *Engine) Stats() Stats {
 	s := Stats{Leases: len(e.live), EventsDropped: e.dropped.Load()}
 	e.mu.Unlock()
 	for i, n := range e.nodes {
-		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: n.Stats().Commands.Load(), RoundTrips: n.Stats().Batches.Load()})
+		ns := n.Stats()
+		st := NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands.Load(), RoundTrips: ns.Batches.Load(),
+			Down: ns.Down.Load(), Restarts: ns.Restarts.Load()}
+		if q := ns.QuarantineUntil.Load(); q != 0 {
+			st.QuarantinedUntil = time.Unix(0, q)
+		}
+		s.Nodes = append(s.Nodes, st)
 	}
 	return s
 }

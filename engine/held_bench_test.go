@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // BenchmarkHeldLeases holds many auto-extended leases on 5 real nodes and
@@ -26,7 +24,7 @@ func BenchmarkHeldLeases(b *testing.B) {
 }
 
 func benchHeld(b *testing.B, n int, ttl, hold time.Duration) {
-	c := redisproc.Start(b, 5)
+	c := startNodes(b, 5)
 	e, err := New(Config{Nodes: c.Addrs(), NodeTimeout: 500 * time.Millisecond, EventBuffer: 2})
 	if err != nil {
 		b.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // collect reads a lease's events until the channel closes.
@@ -38,7 +36,7 @@ func kinds(evs []Event) []EventKind {
 }
 
 func TestAutoExtendKeepsLeaseAlive(t *testing.T) {
-	c := redisproc.Start(t, 5)
+	c := startNodes(t, 5)
 	e := newEngine(t, c.Addrs())
 	ctx := t.Context()
 	l, err := e.Acquire(ctx, "keep", WithTTL(time.Second), WithAutoExtend(time.Minute))
@@ -84,7 +82,7 @@ func TestAutoExtendKeepsLeaseAlive(t *testing.T) {
 // The holder learns of the loss no later than the validity deadline, with
 // the events that led to it.
 func TestPausedMajorityLosesLeaseByDeadline(t *testing.T) {
-	c := redisproc.Start(t, 5)
+	c := startNodes(t, 5)
 	e := newEngine(t, c.Addrs())
 	l, err := e.Acquire(t.Context(), "fragile", WithTTL(time.Second), WithAutoExtend(time.Minute))
 	if err != nil {
@@ -139,7 +137,7 @@ func TestPausedMajorityLosesLeaseByDeadline(t *testing.T) {
 }
 
 func TestForeignOwnerMeansLost(t *testing.T) {
-	c := redisproc.Start(t, 5)
+	c := startNodes(t, 5)
 	e := newEngine(t, c.Addrs())
 	ctx := t.Context()
 	l, err := e.Acquire(ctx, "stolen", WithTTL(900*time.Millisecond), WithAutoExtend(time.Minute))
@@ -177,7 +175,7 @@ func TestForeignOwnerMeansLost(t *testing.T) {
 }
 
 func TestMaxHoldThenExpired(t *testing.T) {
-	c := redisproc.Start(t, 3)
+	c := startNodes(t, 3)
 	e := newEngine(t, c.Addrs())
 	const ttl, maxHold = 600 * time.Millisecond, 1500 * time.Millisecond
 	start := time.Now()
@@ -203,7 +201,7 @@ func TestMaxHoldThenExpired(t *testing.T) {
 }
 
 func TestReleaseStopsExtension(t *testing.T) {
-	c := redisproc.Start(t, 3)
+	c := startNodes(t, 3)
 	e := newEngine(t, c.Addrs())
 	ctx := t.Context()
 	l, err := e.Acquire(ctx, "stop", WithTTL(300*time.Millisecond), WithAutoExtend(time.Minute))
@@ -228,7 +226,7 @@ func TestReleaseStopsExtension(t *testing.T) {
 
 // A subscriber that never reads costs drops, not delays.
 func TestStuckSubscriberDelaysNothing(t *testing.T) {
-	c := redisproc.Start(t, 3)
+	c := startNodes(t, 3)
 	e := newEngine(t, c.Addrs())
 	ctx := t.Context()
 	stuck, cancelStuck := e.Subscribe(0) // never read
@@ -278,7 +276,7 @@ func TestStuckSubscriberDelaysNothing(t *testing.T) {
 // Engine.Subscribe sees every lease's events; cancelling closes it; Close
 // closes the rest after the leases' last events.
 func TestSubscribeAndClose(t *testing.T) {
-	c := redisproc.Start(t, 3)
+	c := startNodes(t, 3)
 	e, err := New(Config{Nodes: c.Addrs()})
 	if err != nil {
 		t.Fatal(err)

@@ -9,14 +9,12 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // Without a Logger the engine (protoactor included) writes nothing; with
 // one, its lines and protoactor's go there.
 func TestSilentUnlessLogger(t *testing.T) {
-	c := redisproc.Start(t, 3)
+	c := startNodes(t, 3)
 	restore := captureStderr(t)
 	e, err := New(Config{Nodes: c.Addrs()})
 	if err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // TestMain fails the package when goroutines of redlease, rueidis or
@@ -58,3 +61,17 @@ func leakedStacks(pkgs []string) string {
 var heldLeases = flag.Int("leases", 10000, "leases held by BenchmarkHeldLeases")
 
 func errorsIsLost(l *Lease) bool { return errors.Is(l.Err(), ErrLeaseLost) }
+
+// startNodes starts n redis-server processes that count as having served
+// redlease before: they hold the epoch key, so restart quarantine does
+// not hold back tests that are not about it.
+func startNodes(t testing.TB, n int) *redisproc.Cluster {
+	t.Helper()
+	c := redisproc.Start(t, n)
+	for _, node := range c.Nodes {
+		if err := node.Set(context.Background(), DefaultKeyPrefix+"epoch", "1", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}

@@ -19,7 +19,8 @@ type options struct {
 }
 
 // WithTTL sets the lease's TTL for this call instead of Config.TTL. It must
-// exceed the drift allowance (TTL·DriftFactor + 2ms).
+// exceed the drift allowance (TTL·DriftFactor + 2ms) and Config.NodeTimeout,
+// and not exceed Config.MaxTTL.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) { o.ttl = d }
 }
@@ -48,6 +49,9 @@ func (e *Engine) options(opts []Option) (options, error) {
 	}
 	if err := checkTTL(o.ttl, e.cfg.DriftFactor); err != nil {
 		return o, fmt.Errorf("redlease: WithTTL %w", err)
+	}
+	if o.ttl > e.cfg.MaxTTL {
+		return o, fmt.Errorf("redlease: WithTTL must not exceed MaxTTL (%v), got %v", e.cfg.MaxTTL, o.ttl)
 	}
 	if o.ttl <= e.cfg.NodeTimeout {
 		return o, fmt.Errorf("redlease: WithTTL must exceed NodeTimeout (%v), got %v", e.cfg.NodeTimeout, o.ttl)

@@ -1,6 +1,13 @@
--- KEYS[1] lock key; ARGV[1] owner value; ARGV[2] TTL in milliseconds.
+-- KEYS[1] lock key; KEYS[2] epoch key; ARGV[1] owner value;
+-- ARGV[2] TTL in milliseconds; ARGV[3] "1" to require the epoch key.
 -- Grants (1) when the key was free or already held by this owner, so a retry
--- after a lost reply is idempotent; refuses (0) when another owner holds it.
+-- after a lost reply is idempotent; refuses (0) when another owner holds it;
+-- answers -1 without granting when the epoch key is required and missing:
+-- the node lost its data (a restart without persistence) and must sit out
+-- until every lease it may have held has expired.
+if ARGV[3] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then
+  return -1
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 1
 end

@@ -83,9 +83,3 @@ type Vote struct {
 
 // ErrStopped answers commands still queued when the node actor stops.
 var ErrStopped = errors.New("redlease: node actor stopped")
-
-// sent reports a finished batch back to the node actor, returning the
-// batch's slice for reuse.
-type sent struct {
-	batch []entry
-}

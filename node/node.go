@@ -22,9 +22,6 @@ import (
 // break the one-connection ordering.
 const maxBatch = 1000
 
-// redialEvery limits how often a node that could not be reached is dialled.
-const redialEvery = time.Second
-
 // Config describes one node actor.
 type Config struct {
 	Index   int            // position in the engine's node list, echoed in votes
@@ -35,6 +32,12 @@ type Config struct {
 	Logger  *slog.Logger
 	// Dispatcher runs the actor's mailbox; nil for protoactor's default.
 	Dispatcher actor.Dispatcher
+
+	// Health and restart quarantine (see health.go).
+	EpochKey       string        // key whose absence means the node lost its data
+	Quarantine     time.Duration // how long a node that lost its data refuses acquires; < 0: never
+	HealthInterval time.Duration // between probes while up (a fifth of it while down)
+	First          *Info         // the probe New made; nil when the node was unreachable
 }
 
 // Node is a running node actor. Send it *Acquire, *Extend and *Release.
@@ -44,11 +47,15 @@ type Node struct {
 	actor  *nodeActor
 }
 
-// Stats counts a node actor's work. Read it with atomic loads through
-// Node.Stats; commands per batch is how much pipelining saves.
+// Stats counts a node actor's work and health. Its fields are read with
+// atomic loads through Node.Stats; commands per batch is how much
+// pipelining saves.
 type Stats struct {
-	Commands atomic.Uint64 // commands answered by a batch on the wire
-	Batches  atomic.Uint64 // DoMulti calls: round trips
+	Commands        atomic.Uint64 // commands answered by a batch on the wire
+	Batches         atomic.Uint64 // DoMulti calls: round trips
+	Restarts        atomic.Uint64 // times the node was seen to have lost its data
+	Down            atomic.Bool   // failing fast: the last batches and probes failed
+	QuarantineUntil atomic.Int64  // Unix nanoseconds; acquires refused before it
 }
 
 // Stats returns the node's live counters.
@@ -59,20 +66,24 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = actors.Discard
 	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = time.Second
+	}
 	a := &nodeActor{
 		cfg:    cfg,
 		system: system,
 		conn:   &conn{opt: cfg.Options, client: cfg.Client},
-		work:   make(chan []entry, 1),
+		work:   make(chan job, 1),
 		idle:   make(chan struct{}),
 	}
+	a.start(cfg.First)
 	props := actor.PropsFromProducer(func() actor.Actor { return a })
 	if cfg.Dispatcher != nil {
 		props = actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(cfg.Dispatcher))
 	}
-	a.self = system.Root.Spawn(props)
+	pid := system.Root.Spawn(props)
 	go a.sender()
-	return &Node{PID: a.self, system: system, actor: a}
+	return &Node{PID: pid, system: system, actor: a}
 }
 
 // Stop stops the actor (commands still queued are answered with
@@ -100,19 +111,30 @@ type entry struct {
 	queued time.Time
 }
 
+// job is what the sender goroutine puts on the wire: a batch (preceded by
+// restoring the epoch key when setEpoch), or a health probe.
+type job struct {
+	batch    []entry
+	setEpoch bool
+	probe    bool
+	deadline time.Time
+}
+
 type nodeActor struct {
 	cfg    Config
 	system *actor.ActorSystem
 	self   *actor.PID
 	conn   *conn
-	queue  []entry // waiting for the batch on the wire to return
+	queue  []entry // waiting for the job on the wire to return
 	spare  []entry // the last batch's slice, reused
-	busy   bool    // a batch is on the wire
+	busy   bool    // a job is on the wire
 	stats  Stats
+	health health
 
-	work     chan []entry  // to the sender goroutine; holds at most the one batch in flight
+	work     chan job      // to the sender goroutine; holds at most the one job in flight
 	idle     chan struct{} // closed when the sender goroutine returned
 	stopOnce sync.Once
+	timer    *time.Timer // next health probe
 }
 
 func (a *nodeActor) Receive(ctx actor.Context) {
@@ -131,8 +153,23 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	case *sent:
 		a.busy = false
 		a.spare = m.batch[:0]
+		a.batchDone(m)
 		a.flush()
+	case *probed:
+		a.busy = false
+		a.probeDone(m)
+		a.flush()
+	case *healthTick:
+		a.health.probeDue = true
+		a.flush()
+	case *actor.Started:
+		a.self = ctx.Self()
+		a.armProbe()
+		a.flush() // a probe may be due
 	case *actor.Stopping:
+		if a.timer != nil {
+			a.timer.Stop()
+		}
 		a.failQueued(ErrStopped)
 	}
 }
@@ -142,27 +179,44 @@ func (a *nodeActor) enqueue(o op, r *Request, ttl time.Duration) {
 	a.flush()
 }
 
-// flush puts what queued on the wire unless a batch is already there.
-// Commands whose deadline passed while queued are answered Timeout unsent.
+// flush puts the next job on the wire unless one is already there: a due
+// probe first, else what queued. Commands are answered unsent when their
+// deadline passed while queued (Timeout), while the node is down (Failed,
+// ErrNodeDown) and, for acquires, while it is quarantined.
 func (a *nodeActor) flush() {
-	if a.busy || len(a.queue) == 0 {
+	if a.busy {
 		return
 	}
 	now := time.Now()
+	if a.health.probeDue {
+		a.health.probeDue = false
+		a.busy = true
+		a.work <- job{probe: true, deadline: now.Add(a.probeTimeout())}
+		return
+	}
+	if len(a.queue) == 0 {
+		return
+	}
+	quarantined := a.health.quarantined(now)
 	batch := a.spare
 	n := 0
 	for _, e := range a.queue {
-		if now.Sub(e.queued) >= a.cfg.Timeout {
+		switch {
+		case now.Sub(e.queued) >= a.cfg.Timeout:
 			a.reply(&e, Timeout, now, errTimeout)
-			n++
-			continue
+		case a.health.down:
+			a.reply(&e, Failed, now, ErrNodeDown)
+		case e.op == opAcquire && quarantined:
+			a.reply(&e, Failed, now, ErrQuarantined)
+		default:
+			if len(batch) == maxBatch {
+				goto full
+			}
+			batch = append(batch, e)
 		}
-		if len(batch) == maxBatch {
-			break
-		}
-		batch = append(batch, e)
 		n++
 	}
+full:
 	rest := copy(a.queue, a.queue[n:])
 	clear(a.queue[rest:])
 	a.queue = a.queue[:rest]
@@ -172,45 +226,66 @@ func (a *nodeActor) flush() {
 		return
 	}
 	a.busy = true
-	a.work <- batch // never blocks: the sender is idle while not busy
+	// Never blocks: the sender is idle while not busy.
+	a.work <- job{batch: batch, setEpoch: a.health.epochDue(now), deadline: batch[0].queued.Add(a.cfg.Timeout)}
 }
 
-// sender is the node's long-lived goroutine that puts batches on the wire,
+// sender is the node's long-lived goroutine that puts jobs on the wire,
 // off the mailbox. (A goroutine per batch would grow a fresh stack through
 // rueidis every time.)
 func (a *nodeActor) sender() {
 	defer close(a.idle)
-	for batch := range a.work {
-		a.run(batch, batch[0].queued.Add(a.cfg.Timeout))
+	for j := range a.work {
+		if j.probe {
+			a.probe(j.deadline)
+		} else {
+			a.run(j)
+		}
 	}
 }
 
 // run sends one batch, answers every entry of it and reports back with
 // *sent.
-func (a *nodeActor) run(batch []entry, deadline time.Time) {
+func (a *nodeActor) run(j job) {
+	done := &sent{size: len(j.batch), epochSet: j.setEpoch}
 	client, err := a.conn.get()
 	if err != nil {
 		now := time.Now()
-		for i := range batch {
-			a.reply(&batch[i], Failed, now, err)
+		for i := range j.batch {
+			a.reply(&j.batch[i], Failed, now, err)
 		}
+		done.failed = len(j.batch)
 	} else {
-		a.send(client, batch, deadline)
+		a.send(client, j, done)
 	}
-	clear(batch)
-	a.system.Root.Send(a.self, &sent{batch: batch[:0]})
+	clear(j.batch)
+	done.batch = j.batch[:0]
+	a.system.Root.Send(a.self, done)
 }
 
-func (a *nodeActor) send(client rueidis.Client, batch []entry, deadline time.Time) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+func (a *nodeActor) send(client rueidis.Client, j job, done *sent) {
+	ctx, cancel := context.WithDeadline(context.Background(), j.deadline)
 	defer cancel()
-	cmds := make(rueidis.Commands, len(batch))
+	batch := j.batch
+	cmds := make(rueidis.Commands, 0, len(batch)+1)
+	if j.setEpoch {
+		// First on the connection, so every acquire after it sees the epoch.
+		cmds = append(cmds, client.B().Set().Key(a.cfg.EpochKey).Value("1").Nx().Build())
+	}
+	skip := len(cmds)
+	checkEpoch := a.cfg.Quarantine >= 0
 	for i := range batch {
-		cmds[i] = batch[i].build(client, false)
+		cmds = append(cmds, batch[i].build(client, false, a.cfg.EpochKey, checkEpoch))
 	}
 	results := client.DoMulti(ctx, cmds...)
 	a.stats.Batches.Add(1)
-	a.stats.Commands.Add(uint64(len(cmds)))
+	a.stats.Commands.Add(uint64(len(batch)))
+	if skip > 0 {
+		if err := results[0].Error(); err != nil && !rueidis.IsRedisNil(err) {
+			done.epochSet = false
+		}
+		results = results[skip:]
+	}
 
 	// A node restarted without persistence has forgotten the scripts:
 	// send those commands again in full, in their order.
@@ -223,10 +298,10 @@ func (a *nodeActor) send(client rueidis.Client, batch []entry, deadline time.Tim
 	if len(again) > 0 {
 		cmds = cmds[:0]
 		for _, i := range again {
-			cmds = append(cmds, batch[i].build(client, true))
+			cmds = append(cmds, batch[i].build(client, true, a.cfg.EpochKey, checkEpoch))
 		}
-		for j, r := range client.DoMulti(ctx, cmds...) {
-			results[again[j]] = r
+		for k, r := range client.DoMulti(ctx, cmds...) {
+			results[again[k]] = r
 		}
 	}
 
@@ -236,11 +311,16 @@ func (a *nodeActor) send(client rueidis.Client, batch []entry, deadline time.Tim
 		switch {
 		case err == nil && n == 1:
 			a.reply(&batch[i], Granted, now, nil)
+		case err == nil && n == epochMissing:
+			done.lostData = true
+			a.reply(&batch[i], Failed, now, ErrQuarantined)
 		case err == nil:
 			a.reply(&batch[i], Taken, now, nil)
 		case isTimeout(err):
+			done.failed++
 			a.reply(&batch[i], Timeout, now, errTimeout)
 		default:
+			done.failed++
 			a.reply(&batch[i], Failed, now, err)
 		}
 	}
@@ -267,47 +347,4 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
 		(errors.As(err, &ne) && ne.Timeout())
-}
-
-// conn is a node's client, dialled lazily when the node was down at start.
-// Only batch goroutines call get, one at a time per node.
-type conn struct {
-	opt rueidis.ClientOption
-
-	mu      sync.Mutex
-	client  rueidis.Client
-	closed  bool
-	err     error     // the last dial error
-	retryAt time.Time // no dial before this
-}
-
-func (c *conn) get() (rueidis.Client, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closed:
-		return nil, ErrStopped
-	case c.client != nil:
-		return c.client, nil
-	case time.Now().Before(c.retryAt):
-		return nil, c.err
-	}
-	client, err := rueidis.NewClient(c.opt)
-	if err != nil {
-		c.err = fmt.Errorf("redlease: connect: %w", err)
-		c.retryAt = time.Now().Add(redialEvery)
-		return nil, c.err
-	}
-	c.client = client
-	return client, nil
-}
-
-func (c *conn) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.closed = true
-	if c.client != nil {
-		c.client.Close()
-		c.client = nil
-	}
 }

@@ -24,7 +24,14 @@ type harness struct {
 	votes  chan *Vote
 }
 
+const epochKey = "test:epoch"
+
 func newHarness(t *testing.T, timeout time.Duration) *harness {
+	return newHarnessQ(t, timeout, -1)
+}
+
+// newHarnessQ runs the node actor with restart quarantine q (< 0: off).
+func newHarnessQ(t *testing.T, timeout, quarantine time.Duration) *harness {
 	t.Helper()
 	c := redisproc.Start(t, 1)
 	opt := rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true, ForceSingleClient: true, PipelineMultiplex: -1}
@@ -38,7 +45,14 @@ func newHarness(t *testing.T, timeout time.Duration) *harness {
 			h.votes <- v
 		}
 	}))
-	h.node = Spawn(h.system, Config{Addr: c.Addrs()[0], Client: client, Options: opt, Timeout: timeout})
+	info, err := Probe(t.Context(), client, epochKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.node = Spawn(h.system, Config{
+		Addr: c.Addrs()[0], Client: client, Options: opt, Timeout: timeout,
+		EpochKey: epochKey, Quarantine: quarantine, First: &info,
+	})
 	t.Cleanup(func() {
 		h.node.Stop()
 		h.system.Shutdown()
@@ -238,4 +252,85 @@ func TestStopAnswersEveryCommand(t *testing.T) {
 		t.Fatalf("outcomes %v, want 1 timeout and 2 failed", got)
 	}
 	_ = h.server.Resume()
+}
+
+// askUntil sends acquires until one gets want (or fails the test after
+// limit), and returns how long that took.
+func (h *harness) askUntil(key string, want Outcome, limit time.Duration) time.Duration {
+	h.t.Helper()
+	start := time.Now()
+	for round := uint64(1000); ; round++ {
+		v := h.ask(&Acquire{h.req(key, "me", round), time.Minute})
+		if v.Outcome == want {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			h.t.Fatalf("no %v within %v; last vote %+v", want, limit, v)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A node that stopped answering is marked down and then fails commands at
+// once instead of after the timeout; it is used again once it answers.
+func TestDownNodeFailsFastAndComesBack(t *testing.T) {
+	h := newHarness(t, 200*time.Millisecond)
+	if err := h.server.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	for round := uint64(1); !h.node.Stats().Down.Load(); round++ {
+		if round > 20 {
+			t.Fatal("node not marked down after 20 timed-out commands")
+		}
+		h.ask(&Acquire{h.req("d", "me", round), time.Minute})
+	}
+	start := time.Now()
+	v := h.ask(&Release{h.req("d", "me", 100)})
+	if took := time.Since(start); v.Outcome != Failed || !errors.Is(v.Err, ErrNodeDown) || took > 150*time.Millisecond {
+		t.Fatalf("vote %+v after %v: want ErrNodeDown at once", v, took)
+	}
+	if err := h.server.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	h.askUntil("d", Granted, 5*time.Second)
+	if h.node.Stats().Down.Load() {
+		t.Fatal("still marked down after granting")
+	}
+}
+
+// A node that lost its data refuses acquires until the quarantine after
+// its restart has passed, then grants again; extends and releases still
+// go through.
+func TestRestartQuarantine(t *testing.T) {
+	const q = 1500 * time.Millisecond
+	h := newHarnessQ(t, time.Second, q)
+	// A fresh server (up for less than q) is quarantined for the rest of q.
+	if v := h.ask(&Acquire{h.req("r", "me", 1), time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+		t.Fatalf("fresh node: %+v, want ErrQuarantined", v)
+	}
+	h.askUntil("r", Granted, 3*time.Second)
+
+	if err := h.server.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	waited := h.askUntil("r", Granted, 5*time.Second)
+	if since := time.Since(restarted); since < q-time.Second { // uptime is counted in whole seconds
+		t.Fatalf("granted %v after the restart, within the %v quarantine", since, q)
+	}
+	if h.node.Stats().Restarts.Load() < 2 {
+		t.Fatalf("restarts counted: %d, want the fresh start and the restart", h.node.Stats().Restarts.Load())
+	}
+	t.Logf("granted again %v after the restart", waited)
+}
+
+func TestQuarantineOff(t *testing.T) {
+	h := newHarness(t, time.Second) // quarantine off
+	if v := h.ask(&Acquire{h.req("o", "me", 1), time.Minute}); v.Outcome != Granted {
+		t.Fatalf("%+v", v)
+	}
+	if err := h.server.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	h.askUntil("o", Granted, 3*time.Second) // only the reconnect in the way
 }

@@ -36,18 +36,28 @@ var scripts = [...]script{
 }
 
 // build returns the EVALSHA command for e, or with full the EVAL command.
-func (e *entry) build(c rueidis.Client, full bool) rueidis.Completed {
+// Acquires name the epoch key too, and require it when checkEpoch.
+func (e *entry) build(c rueidis.Client, full bool, epochKey string, checkEpoch bool) rueidis.Completed {
 	s := &scripts[e.op]
-	if full {
-		b := c.B().Eval().Script(s.body).Numkeys(1).Key(e.req.Key).Arg(e.req.Value)
-		if e.op != opRelease {
-			b = b.Arg(strconv.FormatInt(e.ttl.Milliseconds(), 10))
+	var (
+		keys = [2]string{e.req.Key, epochKey}
+		args = [3]string{e.req.Value, "", "0"}
+		nk   = 1 // keys and args used
+		na   = 1
+	)
+	switch e.op {
+	case opAcquire:
+		nk, na = 2, 3
+		args[1] = strconv.FormatInt(e.ttl.Milliseconds(), 10)
+		if checkEpoch {
+			args[2] = "1"
 		}
-		return b.Build()
+	case opExtend:
+		na = 2
+		args[1] = strconv.FormatInt(e.ttl.Milliseconds(), 10)
 	}
-	b := c.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(e.req.Key).Arg(e.req.Value)
-	if e.op != opRelease {
-		b = b.Arg(strconv.FormatInt(e.ttl.Milliseconds(), 10))
+	if full {
+		return c.B().Eval().Script(s.body).Numkeys(int64(nk)).Key(keys[:nk]...).Arg(args[:na]...).Build()
 	}
-	return b.Build()
+	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(nk)).Key(keys[:nk]...).Arg(args[:na]...).Build()
 }
