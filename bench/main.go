@@ -55,13 +55,50 @@ Workloads:
                Also reports hand-offs, changes of holder: their count, and
                their latency from a holder's call to Release to the next
                holder's (another worker's) acquire returning.
-  held         TODO: N leases kept alive by auto-extension (extension lateness,
-               memory per lease). Not available until the engine extends
-               leases.
+  held         redlease only: redsync and raw cannot extend a lease by
+               themselves, so whatever -clients says, held is one run, of
+               redlease. N leases (-leases) on distinct resources, acquired
+               by 64 goroutines (Acquire, with retries) with WithTTL(3s) and
+               WithAutoExtend(1h), so each extends every second; then held
+               for -duration, but at least 2×TTL = 6s so that every lease
+               extends about six times. Then, on nodes the bench started
+               itself (not with -nodes), 3 of the 5 nodes are paused
+               (SIGSTOP) until every lease is lost, and resumed; with -nodes
+               the leases are released instead. -workers, -resources and
+               -warmup do not apply (no warm-up: the acquisitions precede
+               the measured hold).
 
 Reported per run: cycles/s; acquire p50/p99/p99.9 and release p50/p99 (µs);
 errors; this process's CPU per cycle (getrusage) and its write syscalls per
 cycle (/proc/self/io syscw); the nodes' CPU per cycle (INFO cpu).
+
+Held runs get a table of their own, after the others (latencies in µs):
+  heap B/l  heap per lease: HeapAlloc after runtime.GC once the leases are
+            acquired, minus the same before, over the leases held
+  ext/s     extensions whose round started during the hold, per second
+  late      how late those extension rounds started against their plan,
+            p50/p99/max: consecutive Untils of a lease are round starts plus
+            the same TTL − drift, so late = (Until − previous Until) − TTL/3,
+            read from an Engine.Subscribe(4×N) stream
+  lost      lost-signal lag, p50/p99/max: from each lease's Until to its
+            Context being cancelled (context.AfterFunc) after the pause;
+            every lease must end with ErrLeaseLost. "-" with -nodes
+  cli CPU, srv CPU, writes  per extension, over the hold
+  dropped   Engine.Stats().EventsDropped at the end of the run. The run
+            empties every lease's own event channel every 250ms, as holders
+            reading Lease.Events would, so this counts what the subscription
+            missed
+  errors    failed acquires, leases that ended during the hold, leases not
+            ended with ErrLeaseLost within TTL+5s of the pause, failed
+            releases
+In -json a held run has leases, heap_bytes_per_lease, extensions_per_s,
+extend_late_{p50,p99,max}_us, extend_failed (ExtendFailed events before the
+loss phase), events_dropped and lost_lag_{p50,p99,max}_us (omitted with
+-nodes), and keeps the common fields: workers = the 64 acquiring goroutines,
+resources = leases, duration_s = the hold, cycles = extensions in the hold,
+cycles_per_s = extensions_per_s, acquire_* = the N acquires, release_* = the
+final releases (0 unless -nodes: the leases were lost), *_per_cycle = per
+extension. -plot leaves held out.
 
 Flags:
 `
@@ -80,7 +117,8 @@ func mainCode() int {
 	warmup := fs.Duration("warmup", 300*time.Millisecond, "unmeasured warm-up before each run")
 	workersFlag := fs.String("workers", "", "comma-separated worker counts for every workload\n(default 1,16,128,512 for uncontended, 16,128 for contended)")
 	resources := fs.Int("resources", 0, "resources per run for every workload (default 1000 for uncontended, 4 for contended)")
-	workloadFlag := fs.String("workload", "uncontended,contended", "comma-separated workloads: uncontended, contended (held: TODO, see above)")
+	workloadFlag := fs.String("workload", strings.Join(workloadNames, ","), "comma-separated workloads: "+strings.Join(workloadNames, ", ")+" (held: redlease only)")
+	leasesFlag := fs.Int("leases", 10000, "leases held at once in the held workload")
 	clientsFlag := fs.String("clients", strings.Join(clientNames, ","), "comma-separated clients")
 	jsonPath := fs.String("json", "", "write the results to `FILE` as a JSON array")
 	plotPath := fs.String("plot", "", "write an SVG plot to `FILE` (.svg): per workload a row with cycles/s and\nacquire p99 against workers, one line per client")
@@ -100,9 +138,6 @@ func mainCode() int {
 
 	workloads, err := list(*workloadFlag, workloadNames)
 	if err != nil {
-		if strings.Contains(*workloadFlag, "held") {
-			err = errors.New(`workload "held" needs auto-extension, which the engine does not have yet`)
-		}
 		return usageError(fs, err)
 	}
 	clients, err := list(*clientsFlag, clientNames)
@@ -115,13 +150,16 @@ func mainCode() int {
 			return usageError(fs, fmt.Errorf("-workers: %w", err))
 		}
 	}
-	if *duration <= 0 || *warmup < 0 || *resources < 0 {
-		return usageError(fs, errors.New("-duration must be > 0, -warmup and -resources >= 0"))
+	if *duration <= 0 || *warmup < 0 || *resources < 0 || *leasesFlag < 1 {
+		return usageError(fs, errors.New("-duration and -leases must be > 0, -warmup and -resources >= 0"))
 	}
 	if *plotPath != "" && !strings.HasSuffix(strings.ToLower(*plotPath), ".svg") {
 		return usageError(fs, fmt.Errorf("-plot %q: only .svg is supported", *plotPath))
 	}
-	plan := makePlan(workloads, clients, workers, *resources)
+	plan := makePlan(workloads, clients, workers, *resources, *leasesFlag)
+	if slices.Contains(workloads, heldWorkload) && !slices.Contains(clients, "redlease") {
+		fmt.Fprintln(os.Stderr, "bench: note: the held workload runs redlease only, whatever -clients says")
+	}
 	for _, r := range plan {
 		if r.workload == uncontended && r.workers > r.resources {
 			fmt.Fprintf(os.Stderr, "bench: warning: %d workers on %d resources: uncontended workers will share resources\n", r.workers, r.resources)
@@ -137,9 +175,10 @@ func mainCode() int {
 	context.AfterFunc(ctx, stop)
 
 	addrs := splitList(*nodesFlag)
+	var cluster *redisproc.Cluster // nil with -nodes: no loss phase in held
 	if len(addrs) == 0 {
 		fmt.Fprintf(os.Stderr, "bench: starting %d redis-server nodes\n", localNodes)
-		cluster, err := redisproc.StartNodes(localNodes)
+		cluster, err = redisproc.StartNodes(localNodes)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err) // says how to install redis-server
 			return 1
@@ -154,9 +193,16 @@ func mainCode() int {
 	}
 	defer adm.close()
 
-	b := &bench{addrs: addrs, admin: adm, duration: *duration, warmup: *warmup, plan: plan, progress: newProgress(os.Stderr)}
-	fmt.Fprintf(os.Stderr, "bench: %d runs of %v (+%v warm-up) on %d nodes, GOMAXPROCS=%d, %s; about %v\n",
-		len(plan), *duration, *warmup, len(addrs), runtime.GOMAXPROCS(0), runtime.Version(), b.left(0).Round(time.Second))
+	b := &bench{addrs: addrs, admin: adm, cluster: cluster, duration: *duration, warmup: *warmup, plan: plan, progress: newProgress(os.Stderr)}
+	var what []string
+	if n := len(plan) - countHeld(plan); n > 0 {
+		what = append(what, fmt.Sprintf("%d of %v (+%v warm-up)", n, *duration, *warmup))
+	}
+	if countHeld(plan) > 0 {
+		what = append(what, fmt.Sprintf("held: %d leases for %v", *leasesFlag, heldHold(*duration)))
+	}
+	fmt.Fprintf(os.Stderr, "bench: %d runs (%s) on %d nodes, GOMAXPROCS=%d, %s; about %v\n",
+		len(plan), strings.Join(what, ", "), len(addrs), runtime.GOMAXPROCS(0), runtime.Version(), b.left(0).Round(time.Second))
 	start := time.Now()
 	results, err := b.runAll(ctx)
 	if err != nil {
@@ -194,6 +240,7 @@ func mainCode() int {
 type bench struct {
 	addrs            []string
 	admin            *admin
+	cluster          *redisproc.Cluster // the nodes the bench started; nil with -nodes
 	duration, warmup time.Duration
 	plan             []run
 	progress         *progress
@@ -210,7 +257,11 @@ func (b *bench) runAll(ctx context.Context) ([]Result, error) {
 			if ctx.Err() != nil {
 				err = errors.New("interrupted")
 			}
-			return results, fmt.Errorf("run %d (%s %s workers=%d): %w", i+1, r.client, r.workload, r.workers, err)
+			what := fmt.Sprintf("workers=%d", r.workers)
+			if r.workload == heldWorkload {
+				what = fmt.Sprintf("leases=%d", r.resources)
+			}
+			return results, fmt.Errorf("run %d (%s %s %s): %w", i+1, r.client, r.workload, what, err)
 		}
 		results = append(results, res)
 	}
@@ -220,6 +271,9 @@ func (b *bench) runAll(ctx context.Context) ([]Result, error) {
 // runOne is one run: FLUSHALL, a fresh client, a warm-up, then the
 // measured part between two snapshots of the counters.
 func (b *bench) runOne(ctx context.Context, i int, r run) (Result, error) {
+	if r.workload == heldWorkload {
+		return b.runHeld(ctx, i, r)
+	}
 	if err := b.admin.flushAll(ctx); err != nil {
 		return Result{}, err
 	}
@@ -274,15 +328,30 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (Result, error) {
 // left estimates the time the runs from i on take.
 func (b *bench) left(i int) time.Duration {
 	const setup = 150 * time.Millisecond // FLUSHALL, connecting, summarizing
-	return time.Duration(len(b.plan)-i) * (b.duration + b.warmup + setup)
+	var d time.Duration
+	for _, r := range b.plan[min(i, len(b.plan)):] {
+		if r.workload == heldWorkload {
+			// Acquiring at about 10,000 leases/s, two GCs, the hold and
+			// the loss phase.
+			d += time.Duration(r.resources)*100*time.Microsecond + time.Second + heldHold(b.duration) + b.lossTime()
+			continue
+		}
+		d += b.duration + b.warmup + setup
+	}
+	return d
 }
 
 // makePlan orders the runs by workload, then worker count, then client,
 // so the clients of one point run back to back on a machine in the same
-// state.
-func makePlan(workloads, clients []string, workers []int, resources int) []run {
+// state. The held workload is a single run, of redlease, with leases
+// leases.
+func makePlan(workloads, clients []string, workers []int, resources, leases int) []run {
 	var plan []run
 	for _, wl := range workloads {
+		if wl == heldWorkload {
+			plan = append(plan, run{client: "redlease", workload: wl, workers: heldWorkers, resources: leases})
+			continue
+		}
 		ws, res := workers, resources
 		if ws == nil {
 			ws = defaultWorkers[wl]
@@ -297,6 +366,16 @@ func makePlan(workloads, clients []string, workers []int, resources int) []run {
 		}
 	}
 	return plan
+}
+
+func countHeld(plan []run) int {
+	n := 0
+	for _, r := range plan {
+		if r.workload == heldWorkload {
+			n++
+		}
+	}
+	return n
 }
 
 // list splits a comma-separated flag and checks each item against known.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/engine"
 )
 
 // clientCPU is this process's user+system CPU time so far (getrusage
@@ -75,11 +77,17 @@ func (a *admin) close() {
 	}
 }
 
-// flushAll empties every node, so no run sees another's keys.
+// flushAll empties every node, so no run sees another's keys, and then
+// restores redlease's epoch key: no lease outlives the FLUSHALL between
+// runs (each run has a fresh client), so the nodes need no restart
+// quarantine, just as the README's fresh deployment marks its nodes.
 func (a *admin) flushAll(ctx context.Context) error {
 	for i, c := range a.clients {
-		if err := c.Do(ctx, c.B().Flushall().Build()).Error(); err != nil {
-			return fmt.Errorf("FLUSHALL on %s: %w", a.addrs[i], err)
+		for _, cmd := range c.DoMulti(ctx, c.B().Flushall().Build(),
+			c.B().Set().Key(engine.DefaultKeyPrefix+"epoch").Value("1").Build()) {
+			if err := cmd.Error(); err != nil {
+				return fmt.Errorf("FLUSHALL on %s: %w", a.addrs[i], err)
+			}
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"html"
 	"math"
@@ -35,8 +36,13 @@ var styles = map[string]style{
 	"raw":      {"#555555", "6 4", "diamond"},
 }
 
-// writePlot writes the SVG for results to path.
+// writePlot writes the SVG for results to path. Held runs are left out:
+// they have one point, and their numbers are of another kind.
 func writePlot(path string, results []Result, clients []string, perPoint time.Duration) error {
+	results = slices.DeleteFunc(slices.Clone(results), func(r Result) bool { return r.Workload == heldWorkload })
+	if len(results) == 0 {
+		return errors.New("nothing to plot: held runs are not plotted")
+	}
 	var workloads []string
 	for _, r := range results {
 		if !slices.Contains(workloads, r.Workload) {

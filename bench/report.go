@@ -10,10 +10,11 @@ import (
 )
 
 // Result is one measured run, as written to -json. Latencies are in µs;
-// the per-cycle costs divide by completed acquire+release cycles.
+// the per-cycle costs divide by completed acquire+release cycles. For a
+// held run a cycle is an extension (see heldHelp for every field).
 type Result struct {
 	Client    string  `json:"client"`     // redlease, redsync or raw
-	Workload  string  `json:"workload"`   // uncontended or contended
+	Workload  string  `json:"workload"`   // uncontended, contended or held
 	Nodes     int     `json:"nodes"`      // Redis masters
 	Workers   int     `json:"workers"`    // concurrent goroutines
 	Resources int     `json:"resources"`  // distinct lock names
@@ -29,7 +30,7 @@ type Result struct {
 	ReleaseP99  float64 `json:"release_p99_us"`
 
 	// Errors counts failed acquires (uncontended: any failure; contended:
-	// all retries exhausted) and failed releases.
+	// all retries exhausted) and failed releases; held: see heldHelp.
 	Errors     int    `json:"errors"`
 	FirstError string `json:"first_error,omitempty"`
 
@@ -44,6 +45,20 @@ type Result struct {
 	HandoffP50 *float64 `json:"handoff_p50_us,omitempty"`
 	HandoffP99 *float64 `json:"handoff_p99_us,omitempty"`
 	Handoffs   *int     `json:"handoffs,omitempty"`
+
+	// Held runs only (see heldHelp). The lost-lag fields need the loss
+	// phase, which runs only on nodes the bench started itself.
+	Leases         *int     `json:"leases,omitempty"`
+	HeapPerLease   *float64 `json:"heap_bytes_per_lease,omitempty"`
+	ExtensionsPerS *float64 `json:"extensions_per_s,omitempty"`
+	ExtendLateP50  *float64 `json:"extend_late_p50_us,omitempty"`
+	ExtendLateP99  *float64 `json:"extend_late_p99_us,omitempty"`
+	ExtendLateMax  *float64 `json:"extend_late_max_us,omitempty"`
+	ExtendFailed   *int     `json:"extend_failed,omitempty"`
+	EventsDropped  *uint64  `json:"events_dropped,omitempty"`
+	LostLagP50     *float64 `json:"lost_lag_p50_us,omitempty"`
+	LostLagP99     *float64 `json:"lost_lag_p99_us,omitempty"`
+	LostLagMax     *float64 `json:"lost_lag_max_us,omitempty"`
 }
 
 // summarize turns a run's samples and counters into its Result.
@@ -62,6 +77,18 @@ func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, bef
 		}
 		res.Errors += stats[i].errors
 	}
+	res.costs(before, after, progressWrites)
+	if r.workload == contended {
+		h := merge(stats, func(s *workerStats) []time.Duration { return s.handoff })
+		p50, p99 := quantile(h, 0.50), quantile(h, 0.99)
+		n := len(h)
+		res.HandoffP50, res.HandoffP99, res.Handoffs = &p50, &p99, &n
+	}
+	return res
+}
+
+// costs sets the per-cycle CPU and write syscalls from the counters.
+func (res *Result) costs(before, after snapshot, progressWrites int64) {
 	perCycle := func(v float64) float64 {
 		if res.Cycles == 0 {
 			return 0
@@ -75,17 +102,58 @@ func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, bef
 		// The progress line's own writes to stderr are not the client's.
 		res.WriteSyscalls = perCycle(float64(after.writes - before.writes - progressWrites))
 	}
-	if r.workload == contended {
-		h := merge(stats, func(s *workerStats) []time.Duration { return s.handoff })
-		p50, p99 := quantile(h, 0.50), quantile(h, 0.99)
-		n := len(h)
-		res.HandoffP50, res.HandoffP99, res.Handoffs = &p50, &p99, &n
+}
+
+// summarizeHeld turns a held run's measurements into its Result: a cycle
+// is an extension whose round started during the hold.
+func summarizeHeld(r run, nodes int, h *heldOut, before, after snapshot, progressWrites int64) Result {
+	res := Result{
+		Client: r.client, Workload: r.workload, Nodes: nodes, Workers: r.workers, Resources: r.resources,
+		DurationS: h.window.Seconds(), Cycles: len(h.late), CyclesPerS: float64(len(h.late)) / h.window.Seconds(),
+		AcquireP50: quantile(h.acquire, 0.50), AcquireP99: quantile(h.acquire, 0.99), AcquireP999: quantile(h.acquire, 0.999),
+		ReleaseP50: quantile(h.release, 0.50), ReleaseP99: quantile(h.release, 0.99),
+		Errors: h.errors,
+	}
+	if h.firstErr != nil {
+		res.FirstError = h.firstErr.Error()
+	}
+	res.costs(before, after, progressWrites)
+	leases, heap, perS := h.leases, h.heapPerLease, res.CyclesPerS
+	p50, p99, pmax := quantile(h.late, 0.50), quantile(h.late, 0.99), quantile(h.late, 1)
+	failed, dropped := h.extendFailed, h.dropped
+	res.Leases, res.HeapPerLease, res.ExtensionsPerS = &leases, &heap, &perS
+	res.ExtendLateP50, res.ExtendLateP99, res.ExtendLateMax = &p50, &p99, &pmax
+	res.ExtendFailed, res.EventsDropped = &failed, &dropped
+	if h.lags != nil {
+		l50, l99, lmax := quantile(h.lags, 0.50), quantile(h.lags, 0.99), quantile(h.lags, 1)
+		res.LostLagP50, res.LostLagP99, res.LostLagMax = &l50, &l99, &lmax
 	}
 	return res
 }
 
-// printTable writes the results as an aligned table.
+// printTable writes the results as aligned tables: the comparison runs,
+// then the held runs.
 func printTable(w io.Writer, results []Result) {
+	var cmp, held []Result
+	for _, r := range results {
+		if r.Workload == heldWorkload {
+			held = append(held, r)
+		} else {
+			cmp = append(cmp, r)
+		}
+	}
+	if len(cmp) > 0 {
+		printCompareTable(w, cmp)
+	}
+	if len(held) > 0 {
+		if len(cmp) > 0 {
+			fmt.Fprintln(w)
+		}
+		printHeldTable(w, held)
+	}
+}
+
+func printCompareTable(w io.Writer, results []Result) {
 	const head = "%-9s %-11s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %8s %8s\n"
 	const row = "%-9s %-11s %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %8s %8s\n"
 	fmt.Fprintln(w, "latencies in µs; CPU in µs per acquire+release cycle; writes = write syscalls per cycle (this process)")
@@ -98,6 +166,35 @@ func printTable(w io.Writer, results []Result) {
 		}
 		fmt.Fprintf(w, row, r.Client, r.Workload, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
 			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, h50, h99)
+	}
+}
+
+// printHeldTable writes the held runs: memory, extension pace and
+// lateness, lost-signal lag, and costs per extension.
+func printHeldTable(w io.Writer, results []Result) {
+	const head = "%-8s %8s %8s %8s %8s %8s %9s %9s %9s %8s %8s %7s %7s %6s\n"
+	fmt.Fprintf(w, "held (redlease only): %v TTL, auto-extended at TTL/3; latencies in µs; CPU in µs and writes (write syscalls, this process) per extension\n", heldTTL)
+	fmt.Fprintf(w, head, "leases", "heap B/l", "ext/s", "late p50", "late p99", "late max",
+		"lost p50", "lost p99", "lost max", "cli CPU", "srv CPU", "writes", "dropped", "errors")
+	f0 := func(p *float64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", *p)
+	}
+	for _, r := range results {
+		leases, dropped := "-", "-"
+		if r.Leases != nil {
+			leases = fmt.Sprint(*r.Leases)
+		}
+		if r.EventsDropped != nil {
+			dropped = fmt.Sprint(*r.EventsDropped)
+		}
+		fmt.Fprintf(w, head, leases, f0(r.HeapPerLease), f0(r.ExtensionsPerS),
+			f0(r.ExtendLateP50), f0(r.ExtendLateP99), f0(r.ExtendLateMax),
+			f0(r.LostLagP50), f0(r.LostLagP99), f0(r.LostLagMax),
+			fmt.Sprintf("%.1f", r.ClientCPU), fmt.Sprintf("%.1f", r.ServerCPU), fmt.Sprintf("%.2f", r.WriteSyscalls),
+			dropped, fmt.Sprint(r.Errors))
 	}
 }
 

@@ -8,14 +8,15 @@ import (
 	"time"
 )
 
-// The workloads. "held" (many leases kept alive by auto-extension) comes
-// once the engine extends leases.
+// The workloads. held (many leases kept alive by auto-extension, see
+// held.go) is for redlease only.
 const (
-	uncontended = "uncontended"
-	contended   = "contended"
+	uncontended  = "uncontended"
+	contended    = "contended"
+	heldWorkload = "held"
 )
 
-var workloadNames = []string{uncontended, contended}
+var workloadNames = []string{uncontended, contended, heldWorkload}
 
 // run is one measured run of the plan: one client, one workload, one
 // worker count.
