@@ -62,21 +62,29 @@ func benchHeld(b *testing.B, n int, ttl, hold time.Duration) {
 
 	// Extension lateness: consecutive Untils of a lease are consecutive
 	// round starts plus the same TTL − drift, so their gap minus TTL/3 is
-	// how late the round started.
-	time.Sleep(hold)
-	last := make(map[string]time.Time, n)
+	// how late the round started. The stream is read while the leases are
+	// held, so its buffer never overflows.
 	var late []time.Duration
-	for drained := false; !drained; {
-		select {
-		case ev := <-events:
-			if prev, ok := last[ev.Resource]; ok && ev.Kind == Extended {
-				late = append(late, ev.Until.Sub(prev)-ttl/3)
+	stop := make(chan struct{})
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		last := make(map[string]time.Time, n)
+		for {
+			select {
+			case ev := <-events:
+				if prev, ok := last[ev.Resource]; ok && ev.Kind == Extended {
+					late = append(late, ev.Until.Sub(prev)-ttl/3)
+				}
+				last[ev.Resource] = ev.Until
+			case <-stop:
+				return
 			}
-			last[ev.Resource] = ev.Until
-		default:
-			drained = true
 		}
-	}
+	}()
+	time.Sleep(hold)
+	close(stop)
+	<-read
 	for _, l := range leases {
 		if l.Err() != nil {
 			b.Fatalf("lease %s ended while held: %v", l.Resource(), l.Err())
