@@ -216,6 +216,7 @@ func TestReleaseStopsExtension(t *testing.T) {
 	if !errors.Is(cause, ErrReleased) {
 		t.Fatalf("Context cause = %v, want ErrReleased", cause)
 	}
+	waitGone(t, c, "stop")
 	for range 10 {
 		if got := count(values(t, c, "stop"), ""); got != 3 {
 			t.Fatalf("key came back on %d nodes after Release", 3-got)

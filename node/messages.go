@@ -25,10 +25,20 @@ func (r *Request) request() *Request { return r }
 type Command interface{ request() *Request }
 
 // Acquire asks the node to set Key to Value with TTL unless another owner
-// holds it. Granted if the key was free or already Value's.
+// holds it. Granted if the key was free or already Value's. With a
+// FenceKey, a grant also reports the node's fence counter (Vote.Counter).
 type Acquire struct {
 	Request
-	TTL time.Duration
+	TTL      time.Duration
+	FenceKey string
+}
+
+// Fence writes a lease's fencing token back to the node's fence counter,
+// raising it to Token, only while Value holds Key: Granted if written.
+type Fence struct {
+	Request
+	FenceKey string
+	Token    uint64
 }
 
 // Extend asks the node to reset Key's TTL if Value still holds it.
@@ -79,6 +89,7 @@ type Vote struct {
 	Outcome     Outcome       // what the node did
 	RTT         time.Duration // from the command reaching the node actor to the answer
 	Err         error         // set for Timeout and Failed
+	Counter     uint64        // a fenced acquire's grant: the node's fence counter
 }
 
 // ErrStopped answers commands still queued when the node actor stops.

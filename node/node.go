@@ -101,14 +101,21 @@ const (
 	opAcquire op = iota
 	opExtend
 	opRelease
+	opAcquireFenced
+	opFence
 )
+
+// acquires: refused while the node is quarantined.
+func (o op) acquires() bool { return o == opAcquire || o == opAcquireFenced }
 
 // entry is one queued command.
 type entry struct {
-	op     op
-	req    *Request
-	ttl    time.Duration
-	queued time.Time
+	op       op
+	req      *Request
+	ttl      time.Duration
+	queued   time.Time
+	fenceKey string
+	token    uint64
 }
 
 // job is what the sender goroutine puts on the wire: a batch (preceded by
@@ -145,11 +152,17 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	})
 	switch m := ctx.Message().(type) {
 	case *Acquire:
-		a.enqueue(opAcquire, &m.Request, m.TTL)
+		if m.FenceKey != "" {
+			a.enqueue(entry{op: opAcquireFenced, req: &m.Request, ttl: m.TTL, fenceKey: m.FenceKey})
+		} else {
+			a.enqueue(entry{op: opAcquire, req: &m.Request, ttl: m.TTL})
+		}
+	case *Fence:
+		a.enqueue(entry{op: opFence, req: &m.Request, fenceKey: m.FenceKey, token: m.Token})
 	case *Extend:
-		a.enqueue(opExtend, &m.Request, m.TTL)
+		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:
-		a.enqueue(opRelease, &m.Request, 0)
+		a.enqueue(entry{op: opRelease, req: &m.Request})
 	case *sent:
 		a.busy = false
 		a.spare = m.batch[:0]
@@ -174,8 +187,9 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	}
 }
 
-func (a *nodeActor) enqueue(o op, r *Request, ttl time.Duration) {
-	a.queue = append(a.queue, entry{op: o, req: r, ttl: ttl, queued: time.Now()})
+func (a *nodeActor) enqueue(e entry) {
+	e.queued = time.Now()
+	a.queue = append(a.queue, e)
 	a.flush()
 }
 
@@ -206,7 +220,7 @@ func (a *nodeActor) flush() {
 			a.reply(&e, Timeout, now, errTimeout)
 		case a.health.down:
 			a.reply(&e, Failed, now, ErrNodeDown)
-		case e.op == opAcquire && quarantined:
+		case e.op.acquires() && quarantined:
 			a.reply(&e, Failed, now, ErrQuarantined)
 		default:
 			if len(batch) == maxBatch {
@@ -307,10 +321,10 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) {
 
 	now := time.Now()
 	for i, r := range results {
-		n, err := r.AsInt64()
+		n, counter, err := parseResult(r)
 		switch {
 		case err == nil && n == 1:
-			a.reply(&batch[i], Granted, now, nil)
+			a.replyCounter(&batch[i], now, counter)
 		case err == nil && n == epochMissing:
 			done.lostData = true
 			a.reply(&batch[i], Failed, now, ErrQuarantined)
@@ -324,6 +338,34 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) {
 			a.reply(&batch[i], Failed, now, err)
 		}
 	}
+}
+
+// parseResult reads a script's answer: an integer, or for a fenced grant
+// {1, counter}.
+func parseResult(r rueidis.RedisResult) (n int64, counter uint64, err error) {
+	msg, err := r.ToMessage()
+	if err != nil {
+		return 0, 0, err
+	}
+	if !msg.IsArray() {
+		n, err = msg.AsInt64()
+		return n, 0, err
+	}
+	arr, _ := msg.ToArray()
+	if len(arr) != 2 {
+		return 0, 0, fmt.Errorf("redlease: script answered %d values, want 2", len(arr))
+	}
+	if n, err = arr[0].AsInt64(); err != nil {
+		return 0, 0, err
+	}
+	c, err := arr[1].AsInt64()
+	return n, uint64(c), err
+}
+
+func (a *nodeActor) replyCounter(e *entry, now time.Time, counter uint64) {
+	a.system.Root.Send(e.req.ReplyTo, &Vote{
+		Node: a.cfg.Index, Round: e.req.Round, Outcome: Granted, RTT: now.Sub(e.queued), Counter: counter,
+	})
 }
 
 func (a *nodeActor) reply(e *entry, o Outcome, now time.Time, err error) {

@@ -86,9 +86,9 @@ func TestVotes(t *testing.T) {
 		cmd  Command
 		want Outcome
 	}{
-		{"acquire free key", &Acquire{h.req("k", "me", 1), ttl}, Granted},
-		{"acquire again after a lost reply", &Acquire{h.req("k", "me", 2), ttl}, Granted},
-		{"acquire held key", &Acquire{h.req("k", "other", 3), ttl}, Taken},
+		{"acquire free key", &Acquire{Request: h.req("k", "me", 1), TTL: ttl}, Granted},
+		{"acquire again after a lost reply", &Acquire{Request: h.req("k", "me", 2), TTL: ttl}, Granted},
+		{"acquire held key", &Acquire{Request: h.req("k", "other", 3), TTL: ttl}, Taken},
 		{"extend own key", &Extend{h.req("k", "me", 4), ttl}, Granted},
 		{"extend foreign key", &Extend{h.req("k", "other", 5), ttl}, Taken},
 		{"release foreign key", &Release{h.req("k", "other", 6)}, Taken},
@@ -124,7 +124,7 @@ func TestVotes(t *testing.T) {
 // The TTL goes to Redis in milliseconds, and an extension resets it.
 func TestTTL(t *testing.T) {
 	h := newHarness(t, time.Second)
-	if v := h.ask(&Acquire{h.req("t", "me", 1), 5 * time.Second}); v.Outcome != Granted {
+	if v := h.ask(&Acquire{Request: h.req("t", "me", 1), TTL: 5 * time.Second}); v.Outcome != Granted {
 		t.Fatalf("acquire: %+v", v)
 	}
 	pttl, err := h.server.PTTL(t.Context(), "t")
@@ -145,7 +145,7 @@ func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
 	h := newHarness(t, 5*time.Second)
 	const n = 3000
 	for i := range n {
-		h.system.Root.Send(h.node.PID, &Acquire{h.req(fmt.Sprintf("b%d", i), "me", uint64(i)), time.Minute})
+		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req(fmt.Sprintf("b%d", i), "me", uint64(i)), TTL: time.Minute})
 	}
 	seen := make(map[uint64]bool, n)
 	for range n {
@@ -177,7 +177,7 @@ func TestPausedNodeTimesOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	v := h.ask(&Acquire{h.req("p", "me", 1), time.Minute})
+	v := h.ask(&Acquire{Request: h.req("p", "me", 1), TTL: time.Minute})
 	if took := time.Since(start); v.Outcome != Timeout || took > 2*time.Second {
 		t.Fatalf("vote %+v after %v, want Timeout near 100ms", v, took)
 	}
@@ -186,7 +186,7 @@ func TestPausedNodeTimesOut(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for round := uint64(2); ; round++ {
-		v := h.ask(&Acquire{h.req("p", "me", round), time.Minute})
+		v := h.ask(&Acquire{Request: h.req("p", "me", round), TTL: time.Minute})
 		if v.Outcome == Granted {
 			break
 		}
@@ -200,7 +200,7 @@ func TestPausedNodeTimesOut(t *testing.T) {
 // work (sent again in full).
 func TestRestartedNodeForgotScripts(t *testing.T) {
 	h := newHarness(t, time.Second)
-	if v := h.ask(&Acquire{h.req("s", "me", 1), time.Minute}); v.Outcome != Granted {
+	if v := h.ask(&Acquire{Request: h.req("s", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
 		t.Fatalf("%+v", v)
 	}
 	if _, err := h.server.Do(t.Context(), "SCRIPT", "FLUSH"); err != nil {
@@ -214,7 +214,7 @@ func TestRestartedNodeForgotScripts(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for round := uint64(3); ; round++ {
-		v := h.ask(&Acquire{h.req("s", "me", round), time.Minute})
+		v := h.ask(&Acquire{Request: h.req("s", "me", round), TTL: time.Minute})
 		if v.Outcome == Granted {
 			break
 		}
@@ -232,7 +232,7 @@ func TestStopAnswersEveryCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		h.system.Root.Send(h.node.PID, &Acquire{h.req("q", "me", uint64(i)), time.Minute})
+		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("q", "me", uint64(i)), TTL: time.Minute})
 	}
 	time.Sleep(50 * time.Millisecond) // the first is on the wire, two queue
 	h.node.Stop()
@@ -260,7 +260,7 @@ func (h *harness) askUntil(key string, want Outcome, limit time.Duration) time.D
 	h.t.Helper()
 	start := time.Now()
 	for round := uint64(1000); ; round++ {
-		v := h.ask(&Acquire{h.req(key, "me", round), time.Minute})
+		v := h.ask(&Acquire{Request: h.req(key, "me", round), TTL: time.Minute})
 		if v.Outcome == want {
 			return time.Since(start)
 		}
@@ -282,7 +282,7 @@ func TestDownNodeFailsFastAndComesBack(t *testing.T) {
 		if round > 20 {
 			t.Fatal("node not marked down after 20 timed-out commands")
 		}
-		h.ask(&Acquire{h.req("d", "me", round), time.Minute})
+		h.ask(&Acquire{Request: h.req("d", "me", round), TTL: time.Minute})
 	}
 	start := time.Now()
 	v := h.ask(&Release{h.req("d", "me", 100)})
@@ -305,7 +305,7 @@ func TestRestartQuarantine(t *testing.T) {
 	const q = 1500 * time.Millisecond
 	h := newHarnessQ(t, time.Second, q)
 	// A fresh server (up for less than q) is quarantined for the rest of q.
-	if v := h.ask(&Acquire{h.req("r", "me", 1), time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
 		t.Fatalf("fresh node: %+v, want ErrQuarantined", v)
 	}
 	h.askUntil("r", Granted, 3*time.Second)
@@ -326,7 +326,7 @@ func TestRestartQuarantine(t *testing.T) {
 
 func TestQuarantineOff(t *testing.T) {
 	h := newHarness(t, time.Second) // quarantine off
-	if v := h.ask(&Acquire{h.req("o", "me", 1), time.Minute}); v.Outcome != Granted {
+	if v := h.ask(&Acquire{Request: h.req("o", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
 		t.Fatalf("%+v", v)
 	}
 	if err := h.server.Restart(); err != nil {

@@ -16,6 +16,10 @@ var (
 	extendLua string
 	//go:embed release.lua
 	releaseLua string
+	//go:embed acquire_fenced.lua
+	acquireFencedLua string
+	//go:embed fence.lua
+	fenceLua string
 )
 
 // script is a Lua script sent by SHA, and in full when the node lost its
@@ -33,6 +37,9 @@ var scripts = [...]script{
 	opAcquire: newScript(acquireLua),
 	opExtend:  newScript(extendLua),
 	opRelease: newScript(releaseLua),
+
+	opAcquireFenced: newScript(acquireFencedLua),
+	opFence:         newScript(fenceLua),
 }
 
 // build returns the EVALSHA command for e, or with full the EVAL command.
@@ -40,21 +47,30 @@ var scripts = [...]script{
 func (e *entry) build(c rueidis.Client, full bool, epochKey string, checkEpoch bool) rueidis.Completed {
 	s := &scripts[e.op]
 	var (
-		keys = [2]string{e.req.Key, epochKey}
-		args = [3]string{e.req.Value, "", "0"}
-		nk   = 1 // keys and args used
-		na   = 1
+		keys   = [3]string{e.req.Key}
+		args   = [3]string{e.req.Value}
+		nk, na = 1, 1 // keys and args used
 	)
 	switch e.op {
-	case opAcquire:
-		nk, na = 2, 3
+	case opAcquire, opAcquireFenced:
+		keys[1] = epochKey
 		args[1] = strconv.FormatInt(e.ttl.Milliseconds(), 10)
+		args[2] = "0"
 		if checkEpoch {
 			args[2] = "1"
 		}
+		nk, na = 2, 3
+		if e.op == opAcquireFenced {
+			keys[2] = e.fenceKey
+			nk = 3
+		}
 	case opExtend:
-		na = 2
 		args[1] = strconv.FormatInt(e.ttl.Milliseconds(), 10)
+		na = 2
+	case opFence:
+		keys[1] = e.fenceKey
+		args[1] = strconv.FormatUint(e.token, 10)
+		nk, na = 2, 2
 	}
 	if full {
 		return c.B().Eval().Script(s.body).Numkeys(int64(nk)).Key(keys[:nk]...).Arg(args[:na]...).Build()

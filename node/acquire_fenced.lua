@@ -1,0 +1,24 @@
+-- KEYS[1] lock key; KEYS[2] epoch key; KEYS[3] fence key (no TTL);
+-- ARGV[1] owner value; ARGV[2] TTL in milliseconds; ARGV[3] "1" to require
+-- the epoch key.
+-- As acquire.lua, and a grant also answers this node's fence counter:
+-- {1, counter}, where the counter is at least the node's clock in
+-- microseconds, so it does not start again at zero after the node lost
+-- its data. Refusals answer 0 (taken) or -1 (epoch key missing).
+if ARGV[3] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then
+  return -1
+end
+local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not granted then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
+  end
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+local now = redis.call('TIME')
+local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local counter = tonumber(redis.call('GET', KEYS[3]) or '0')
+if counter < floor then
+  counter = floor
+end
+return {1, counter}
