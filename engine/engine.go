@@ -174,8 +174,9 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	if err := ctx.Err(); err != nil {
 		return nil, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
 	}
+	key := e.cfg.KeyPrefix + "{" + resource + "}"
 	cfg := lease.Config{
-		Resource: resource, Key: e.cfg.KeyPrefix + "{" + resource + "}", Value: newValue(),
+		Resource: resource, Key: key, Value: newValue(),
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
 		Attempts: attempts, MaxHold: o.maxHold, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
 		OnStop: e.forget, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
@@ -183,6 +184,9 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	}
 	if attempts > 1 {
 		cfg.BackOff = o.newBackOff()
+	}
+	if o.fencing {
+		cfg.FenceKey = key + ":fence" // same hash tag as the lock key
 	}
 	reply := make(chan lease.Result, 1)
 	cfg.Reply = reply

@@ -32,6 +32,10 @@ func (l *Lease) Resource() string { return l.resource }
 // the nodes that granted it: 20 random bytes, URL-safe base64.
 func (l *Lease) Value() string { return l.value }
 
+// Token is the lease's fencing token (WithFencing): larger than the token
+// of every earlier holder of the resource. 0 without WithFencing.
+func (l *Lease) Token() uint64 { return l.state.Token() }
+
 // Until is the validity deadline: the start of the winning round plus
 // TTL − drift. It carries a monotonic clock reading, so it is immune to
 // wall-clock jumps on this host.

@@ -16,6 +16,7 @@ type options struct {
 	newBackOff func() backoff.BackOff
 	autoExtend bool
 	maxHold    time.Duration
+	fencing    bool
 }
 
 // WithTTL sets the lease's TTL for this call instead of Config.TTL. It must
@@ -33,6 +34,16 @@ func WithTTL(d time.Duration) Option {
 // positive: there are no unbounded leases.
 func WithAutoExtend(maxHold time.Duration) Option {
 	return func(o *options) { o.autoExtend, o.maxHold = true, maxHold }
+}
+
+// WithFencing gives the lease a fencing token (Lease.Token, Event.Token)
+// that strictly increases across successive holders of the resource,
+// under Redlock's timing assumptions: pass it to the protected store and
+// have it reject writes with a lower token than it has seen. It costs one
+// more round trip, to the granting nodes, before the lease is held. The
+// argument is in the documentation of package lease.
+func WithFencing() Option {
+	return func(o *options) { o.fencing = true }
 }
 
 // WithRetry replaces Config.RetryBackOff for this call: newBackOff makes the

@@ -19,3 +19,47 @@
 //     is still owed, bounded by the node timeout, then stops. Nothing it
 //     sent is left unanswered, so nothing is left running.
 package lease
+
+// # Fencing tokens
+//
+// With Config.FenceKey (engine.WithFencing) a lease carries a token that
+// strictly increases across successive holders of a resource. Every node
+// keeps a fence counter per resource, F, next to the lock key K (same
+// hash tag, no TTL).
+//
+//  1. Acquire: a node that grants K to the lease answers its counter,
+//     c = max(F, the node's clock in microseconds).
+//  2. With a quorum of grants, the token is T = max(c over the granting
+//     nodes) + 1. Counters of nodes that refused do not count: they say
+//     nothing about this lease.
+//  3. Write-back: each granting node raises F to T if K still holds this
+//     lease's value. The lease is held, with token T, only once a quorum
+//     of nodes acknowledged, and only acknowledgements of granting nodes
+//     count (a node that did not grant may already serve a later holder).
+//     The validity still runs from the start of the acquire round, so the
+//     write-back happens while every granted key is alive.
+//
+// Why a later holder B gets a larger token than A, assuming Redlock's
+// timing (bounded drift, A stops by its Until): A's write-back quorum and
+// B's grant quorum share a node n. On n, A's write-back ran while K held
+// A's value; B's grant needs K free, and B is later than A, so K lost A's
+// value (release or expiry, both after A's write-back, since A's validity
+// ends before its keys expire) before B's grant. Redis runs scripts one at
+// a time, so B's grant read F ≥ T_A on n, and T_B ≥ T_A + 1.
+//
+// The traps this avoids: taking the max of the counters without the
+// write-back is not monotonic (the quorums meet in one node, but the max
+// may come from another); counting a non-granting node's acknowledgement
+// could count a node whose F a later holder already read.
+//
+// A node restarted without persistence forgets F. Restart quarantine keeps
+// it from granting until RestartQuarantine (at least the longest TTL) has
+// passed since the restart, and its counter then starts from its clock in
+// microseconds. Tokens follow node clocks plus one per acquisition, and
+// acquisitions of one resource are a round trip (far more than a
+// microsecond) apart, so a token is at most about the largest node clock
+// at its issue. The restarted node's clock has moved on by the quarantine
+// since; the tokens stay monotonic as long as the nodes' clocks differ by
+// less than the quarantine and never step back by more than it. With the
+// quarantine turned off, the floor alone still covers restarts that take
+// longer than the clock difference between nodes.

@@ -47,7 +47,7 @@ type Event struct {
 // last slot is kept for the terminal event, so only non-terminal events
 // can be dropped (and are counted). Subscribers get it through Publish.
 func (a *leaseActor) emit(kind EventKind, err error) {
-	ev := Event{Kind: kind, Resource: a.cfg.Resource, Until: a.state.Until(), Err: err}
+	ev := Event{Kind: kind, Resource: a.cfg.Resource, Token: a.state.token, Until: a.state.Until(), Err: err}
 	ch := a.state.events
 	if kind.Terminal() || len(ch) < cap(ch)-1 {
 		ch <- ev

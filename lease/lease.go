@@ -29,6 +29,7 @@ type Config struct {
 	Attempts    int             // acquire rounds at most (≥ 1)
 	BackOff     backoff.BackOff // wait between acquire rounds; nil: one round
 	MaxHold     time.Duration   // > 0: extend automatically until MaxHold after acquire
+	FenceKey    string          // non-empty: issue fencing tokens (see doc.go)
 	EventBuffer int             // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
 	Dispatcher  actor.Dispatcher // runs the mailbox; nil for protoactor's default
@@ -64,6 +65,7 @@ type phase uint8
 
 const (
 	acquiring phase = iota // a round is out
+	fencing                // won; writing the token back to the granting nodes
 	waiting                // backing off between rounds
 	failing                // gave up; the Result goes out once owed votes are in
 	held
@@ -94,6 +96,7 @@ type leaseActor struct {
 	extendAt    time.Time             // when the next extension was planned
 	extendsOver bool                  // MaxHold passed: the lease is meant to expire
 	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
+	token       uint64                // fencing token of the won round
 
 	roundTimer, retryTimer, expireTimer, extendTimer, lingerTimer *time.Timer
 }
@@ -168,7 +171,7 @@ func (a *leaseActor) sendAll(cmd func(r node.Request) node.Command) {
 }
 
 func (a *leaseActor) acquireCmd(r node.Request) node.Command {
-	return &node.Acquire{Request: r, TTL: a.cfg.TTL}
+	return &node.Acquire{Request: r, TTL: a.cfg.TTL, FenceKey: a.cfg.FenceKey}
 }
 
 func (a *leaseActor) extendCmd(r node.Request) node.Command {
@@ -192,14 +195,24 @@ func (a *leaseActor) vote(v *node.Vote) {
 	case a.phase == acquiring:
 		a.tally.add(v.Outcome)
 		switch {
+		case a.tally.won() && Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) <= 0:
+			a.roundFailed(errTooSlow)
+		case a.tally.won() && a.cfg.FenceKey != "":
+			a.startFence()
 		case a.tally.won():
-			if Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) > 0 {
-				a.hold()
-			} else {
-				a.roundFailed(errTooSlow)
-			}
+			a.hold()
 		case a.tally.lost():
 			a.roundFailed(nil)
+		}
+	case a.phase == fencing:
+		a.tally.add(v.Outcome)
+		switch {
+		case a.tally.won() && Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) <= 0:
+			a.roundFailed(errTooSlow)
+		case a.tally.won():
+			a.hold()
+		case a.tally.lost():
+			a.roundFailed(errFenceRefused)
 		}
 	case a.phase == held && a.extending:
 		a.tally.add(v.Outcome)
@@ -232,7 +245,7 @@ func (a *leaseActor) answerRelease(all bool) {
 
 func (a *leaseActor) roundTimedOut() {
 	switch {
-	case a.phase == acquiring:
+	case a.phase == acquiring || a.phase == fencing:
 		a.roundFailed(errRoundTimeout)
 	case a.phase == held && a.extending:
 		a.extendFailed(errRoundTimeout)
@@ -243,6 +256,7 @@ func (a *leaseActor) hold() {
 	a.roundTimer.Stop()
 	a.phase = held
 	a.acquired = a.start
+	a.state.token = a.token
 	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.atDeadline(nil))
 	a.armDeadline()
 	a.reply(Result{Attempts: a.attempts})
@@ -274,7 +288,7 @@ func (a *leaseActor) roundFailed(cause error) {
 // abort gives up acquiring because of cause (a context or the engine).
 func (a *leaseActor) abort(cause error) {
 	switch a.phase {
-	case acquiring:
+	case acquiring, fencing:
 		a.roundTimer.Stop()
 		a.failedVotes = append(a.failedVotes[:0], a.votes...)
 		a.sendAll(a.releaseCmd)
@@ -428,7 +442,7 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	case held:
 		a.sendAll(a.releaseCmd)
 		a.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
-	case acquiring, waiting, failing:
+	case acquiring, fencing, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {
 			a.sendAll(a.releaseCmd)
@@ -448,6 +462,7 @@ var (
 	errTooSlow      = errors.New("redlease: quorum reached after the validity ran out")
 	errNoExtension  = errors.New("redlease: no extension before the validity deadline")
 	errNotMine      = errors.New("redlease: a quorum of nodes holds another owner's key")
+	errFenceRefused = errors.New("redlease: the fencing token reached no quorum of the granting nodes")
 )
 
 // jitter returns d scaled by a random factor in [0.5, 1.5).

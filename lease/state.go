@@ -14,6 +14,7 @@ type State struct {
 	events  chan Event    // sent to and closed by the actor only
 	err     error         // written once, before done closes
 	start   time.Time     // start of the winning round, written before the Result is sent
+	token   uint64        // fencing token, written before the Result is sent
 	until   atomic.Int64  // validity deadline, in nanoseconds after start
 
 	mu         sync.Mutex
@@ -45,6 +46,9 @@ func (s *State) Err() error {
 		return nil
 	}
 }
+
+// Token is the lease's fencing token; 0 without fencing.
+func (s *State) Token() uint64 { return s.token }
 
 // Until is the validity deadline, carrying a monotonic clock reading.
 func (s *State) Until() time.Time { return s.start.Add(time.Duration(s.until.Load())) }
