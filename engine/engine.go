@@ -148,6 +148,10 @@ func connect(cfg *Config) ([]rueidis.Client, []*node.Info, error) {
 	return clients, infos, nil
 }
 
+// MaxResourceLen bounds a resource name, in bytes: every command to every
+// node carries it. Any bytes are allowed, braces and binary included.
+const MaxResourceLen = 8 << 10
+
 // Acquire takes the lease on resource, retrying with randomized backoff
 // until it is held, ctx ends, or Config.RetryAttempts rounds failed. A
 // failure matches ErrNotAcquired, is an *AcquireError with each node's
@@ -170,6 +174,9 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	}
 	if resource == "" {
 		return nil, errors.New("redlease: resource must not be empty")
+	}
+	if len(resource) > MaxResourceLen {
+		return nil, fmt.Errorf("redlease: resource is %d bytes long, at most %d", len(resource), MaxResourceLen)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
