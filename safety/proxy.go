@@ -1,0 +1,108 @@
+package safety
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Proxy forwards TCP connections from a loopback port to a node, delaying
+// every chunk it forwards by the current delay: a slow link, for real.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	delay  atomic.Int64 // nanoseconds
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// NewProxy listens on 127.0.0.1 and forwards to target.
+func NewProxy(target string) (*Proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+// Addr is the address to dial instead of the node's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetDelay sets the delay of every forwarded chunk, both ways.
+func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
+
+// Close stops listening and cuts every connection.
+func (p *Proxy) Close() {
+	p.ln.Close()
+	p.mu.Lock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil // tells accept the proxy is closing
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *Proxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.DialTimeout("tcp", p.target, time.Second)
+		if err != nil {
+			client.Close()
+			continue
+		}
+		if !p.track(client, server) {
+			return
+		}
+		p.wg.Go(func() { p.pipe(server, client) })
+		p.wg.Go(func() { p.pipe(client, server) })
+	}
+}
+
+// track registers a pair of connections, unless the proxy is closing.
+func (p *Proxy) track(a, b net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		a.Close()
+		b.Close()
+		return false
+	}
+	p.conns[a], p.conns[b] = struct{}{}, struct{}{}
+	return true
+}
+
+// pipe copies from src to dst, chunk by chunk, each after the delay; when
+// either side fails it closes both.
+func (p *Proxy) pipe(dst, src net.Conn) {
+	defer func() {
+		dst.Close()
+		src.Close()
+		p.mu.Lock()
+		delete(p.conns, dst)
+		delete(p.conns, src)
+		p.mu.Unlock()
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if d := time.Duration(p.delay.Load()); d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return // EOF or a broken connection: cut both sides
+		}
+	}
+}

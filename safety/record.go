@@ -1,0 +1,125 @@
+package safety
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Holding is one holder's claim on a resource, on the monotonic clock:
+// from Acquired (when Acquire returned) to End (when it stopped acting as
+// the holder, at Until at the latest).
+type Holding struct {
+	Resource string
+	Holder   string
+	Token    uint64
+	Acquired time.Time
+	End      time.Time
+}
+
+// Recorder collects holdings from many goroutines. Safe for concurrent
+// use.
+type Recorder struct {
+	mu       sync.Mutex
+	holdings []*Holding
+}
+
+// Held records that holder got resource at acquired, valid until until,
+// with token. Call Ended when it stops.
+func (r *Recorder) Held(resource, holder string, acquired, until time.Time, token uint64) *Holding {
+	h := &Holding{Resource: resource, Holder: holder, Token: token, Acquired: acquired, End: until}
+	r.mu.Lock()
+	r.holdings = append(r.holdings, h)
+	r.mu.Unlock()
+	return h
+}
+
+// Ended records that h stopped acting as the holder at at, or at until,
+// the lease's validity deadline then (extensions move it), if earlier.
+func (r *Recorder) Ended(h *Holding, at, until time.Time) {
+	if until.Before(at) {
+		at = until
+	}
+	r.mu.Lock()
+	h.End = at
+	r.mu.Unlock()
+}
+
+// Overlap is two holdings of one resource whose intervals intersect: a
+// safety violation.
+type Overlap struct{ First, Second Holding }
+
+func (o Overlap) String() string {
+	return fmt.Sprintf("%q: %s held until +%v, %s acquired at +%v (tokens %d, %d)",
+		o.First.Resource, o.First.Holder, o.First.End.Sub(o.First.Acquired), o.Second.Holder,
+		o.Second.Acquired.Sub(o.First.Acquired), o.First.Token, o.Second.Token)
+}
+
+// Check returns the overlapping holdings, and the holdings whose token is
+// not larger than that of the holding before them on the same resource.
+func (r *Recorder) Check() (overlaps []Overlap, regressions int) {
+	r.mu.Lock()
+	byResource := map[string][]Holding{}
+	for _, h := range r.holdings {
+		byResource[h.Resource] = append(byResource[h.Resource], *h)
+	}
+	r.mu.Unlock()
+	for _, hs := range byResource {
+		slices.SortFunc(hs, func(a, b Holding) int { return a.Acquired.Compare(b.Acquired) })
+		latest := 0 // the holding that ends last so far
+		for i := 1; i < len(hs); i++ {
+			if hs[i].Acquired.Before(hs[latest].End) {
+				overlaps = append(overlaps, Overlap{hs[latest], hs[i]})
+			}
+			if hs[i].Token != 0 && hs[i].Token <= hs[i-1].Token {
+				regressions++
+			}
+			if hs[i].End.After(hs[latest].End) {
+				latest = i
+			}
+		}
+	}
+	return overlaps, regressions
+}
+
+// Count is the number of holdings recorded.
+func (r *Recorder) Count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.holdings)
+}
+
+// Store is an in-memory store protected by fencing: it refuses a write
+// whose token is lower than the highest it has accepted for the resource.
+// Safe for concurrent use.
+type Store struct {
+	mu       sync.Mutex
+	highest  map[string]uint64
+	accepted int
+	rejected int
+}
+
+// Write stores a value for resource under token, unless a newer holder
+// already wrote: then it refuses and reports false.
+func (s *Store) Write(resource string, token uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.highest == nil {
+		s.highest = map[string]uint64{}
+	}
+	if token < s.highest[resource] {
+		s.rejected++
+		return false
+	}
+	s.highest[resource] = token
+	s.accepted++
+	return true
+}
+
+// Counts returns the writes accepted and refused as stale.
+func (s *Store) Counts() (accepted, rejected int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.accepted, s.rejected
+}

@@ -1,0 +1,112 @@
+package safety
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// The bounded run CI does: every fault kind, and every property must hold.
+//
+//	go test -run BoundedRun -v ./safety/
+func TestBoundedRunWithFaults(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	rep, err := Run(t.Context(), Config{Cluster: c, Duration: 40 * time.Second, Faults: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep)
+	if !rep.OK() {
+		t.Fatalf("safety violated: %v", rep)
+	}
+	if rep.Acquisitions < 500 {
+		t.Fatalf("only %d acquisitions: the run did not exercise much", rep.Acquisitions)
+	}
+	for _, kind := range []string{"kill+restart", "pause", "slow link"} {
+		if rep.Faults[kind] == 0 {
+			t.Fatalf("no %s fault injected: %v", kind, rep.Faults)
+		}
+	}
+	if rep.LatePauses == 0 {
+		t.Fatal("no holder paused past its validity")
+	}
+}
+
+// The checker catches a real violation: the restart scenario of the
+// Redlock critique. A holds the lease on nodes 1-3 (4 and 5 are dead);
+// node 1 restarts without persistence and 4 and 5 come back empty; B asks.
+// Without restart quarantine B gets nodes 1, 4 and 5 while A still holds:
+// an overlap. With it, node 1, 4 and 5 sit out and B waits.
+func TestCheckerCatchesRestartWithoutQuarantine(t *testing.T) {
+	c := redisproc.Start(t, 5)
+	for _, n := range c.Nodes { // nodes that served redlease before
+		if err := n.Set(t.Context(), engine.DefaultKeyPrefix+"epoch", "1", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if off := restartScenario(t, c, "off", -1); len(off) == 0 {
+		t.Fatal("quarantine off: the checker saw no overlap")
+	} else {
+		t.Logf("quarantine off: %v", off[0])
+	}
+	if on := restartScenario(t, c, "on", 0); len(on) != 0 {
+		t.Fatalf("quarantine on: overlap %v", on[0])
+	}
+}
+
+func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine time.Duration) []Overlap {
+	t.Helper()
+	ctx := t.Context()
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 3 * time.Second, RestartQuarantine: quarantine, HealthInterval: 50 * time.Millisecond}
+	a, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var rec Recorder
+	resource := "restart-" + name
+
+	for _, i := range []int{3, 4} {
+		if err := c.Nodes[i].Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	la, err := a.Acquire(ctx, resource)
+	if err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	rec.Held(resource, "A", time.Now(), la.Until(), 0)
+	for _, i := range []int{0, 3, 4} { // node 1 loses A's key; 4 and 5 come back empty
+		if err := c.Nodes[i].Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond) // within A's validity
+	defer cancel()
+	if lb, err := b.Acquire(bctx, resource); err == nil {
+		rec.Held(resource, "B", time.Now(), lb.Until(), 0)
+	}
+	overlaps, _ := rec.Check()
+	if quarantine >= 0 {
+		// B was refused because the restarted nodes sat out.
+		for _, i := range []int{0, 3, 4} {
+			if ns := b.Stats().Nodes[i]; !ns.QuarantinedUntil.After(time.Now()) {
+				t.Fatalf("node %d not quarantined after its restart: %+v", i, ns)
+			}
+		}
+	}
+	for _, n := range c.Nodes { // leave the nodes as they were
+		if err := n.Set(ctx, engine.DefaultKeyPrefix+"epoch", "1", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return overlaps
+}
