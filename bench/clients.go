@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -104,6 +105,39 @@ func newRedsync(addrs []string) (*redsyncLocker, error) {
 	}
 	r.rs = redsync.New(pools...)
 	return r, nil
+}
+
+// goRedisLog takes go-redis's log lines off stderr, where they would break
+// the progress line: its pool logs every failed dial, and the degraded
+// workload makes many. runOne reports their number and the first one
+// after each run.
+var goRedisLog = &redisLogger{}
+
+func init() { goredis.SetLogger(goRedisLog) }
+
+type redisLogger struct {
+	mu    sync.Mutex
+	n     int
+	first string
+}
+
+func (l *redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == 0 {
+		l.first = fmt.Sprintf(format, v...)
+	}
+	l.n++
+}
+
+// take returns the lines logged since the last take: how many, and the
+// first.
+func (l *redisLogger) take() (int, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n, first := l.n, l.first
+	l.n, l.first = 0, ""
+	return n, first
 }
 
 func (r *redsyncLocker) acquire(ctx context.Context, resource string, retry bool) (held, error) {

@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,8 +32,8 @@ const localNodes = 5
 
 // Defaults per workload for -workers and -resources.
 var (
-	defaultWorkers   = map[string][]int{uncontended: {1, 16, 128, 512}, contended: {16, 128}}
-	defaultResources = map[string]int{uncontended: 1000, contended: 4}
+	defaultWorkers   = map[string][]int{uncontended: {1, 16, 128, 512}, contended: {16, 128}, degraded: defaultDegradedWorkers}
+	defaultResources = map[string]int{uncontended: 1000, contended: 4, degraded: 1000}
 )
 
 const usageText = `Usage: go run ./bench [flags]
@@ -55,6 +56,22 @@ Workloads:
                Also reports hand-offs, changes of holder: their count, and
                their latency from a holder's call to Release to the next
                holder's (another worker's) acquire returning.
+  degraded     uncontended with 1 of the 5 nodes dead, at 1 and 128 workers
+               unless -workers says otherwise: shows what a dead minority
+               costs next to the healthy uncontended numbers. The client
+               connects to all 5 nodes, then the first node is killed
+               (SIGKILL), then the warm-up runs: redsync's go-redis clients
+               are pinged when made, which a dead node would fail, and the
+               warm-up absorbs each client's discovery of the dead node, so
+               the measured part is the steady degraded state. After the
+               run the node is restarted empty on its port and re-seeded
+               (FLUSHALL and redlease's epoch key, as before every run).
+               The server CPU of these runs is that of the 4 live nodes.
+               Part of the default suite; needs the nodes the bench started
+               itself: skipped, with a note, with -nodes. The ratios end
+               with redlease's degraded / uncontended acquire p50 and p99
+               at the same workers (run both workloads to get them); -json
+               gives these runs "dead_nodes": 1; -plot gives them a row.
   held         redlease only: redsync and raw cannot extend a lease by
                themselves, so whatever -clients says, held is one run, of
                redlease. N leases (-leases) on distinct resources, acquired
@@ -113,11 +130,11 @@ func mainCode() int {
 	fs.SetOutput(os.Stderr)
 	nodesFlag := fs.String("nodes", "", "comma-separated host:port of independent Redis masters to use instead of starting\n"+
 		strconv.Itoa(localNodes)+" local redis-server processes on free loopback ports; they are FLUSHALLed\nbefore every run, so never point this at Redis holding data you need")
-	duration := fs.Duration("duration", 4*time.Second, "measured time per run")
+	duration := fs.Duration("duration", 3*time.Second, "measured time per run")
 	warmup := fs.Duration("warmup", 300*time.Millisecond, "unmeasured warm-up before each run")
-	workersFlag := fs.String("workers", "", "comma-separated worker counts for every workload\n(default 1,16,128,512 for uncontended, 16,128 for contended)")
-	resources := fs.Int("resources", 0, "resources per run for every workload (default 1000 for uncontended, 4 for contended)")
-	workloadFlag := fs.String("workload", strings.Join(workloadNames, ","), "comma-separated workloads: "+strings.Join(workloadNames, ", ")+" (held: redlease only)")
+	workersFlag := fs.String("workers", "", "comma-separated worker counts for every workload\n(default 1,16,128,512 for uncontended, 16,128 for contended, 1,128 for degraded)")
+	resources := fs.Int("resources", 0, "resources per run for every workload (default 1000 for uncontended and degraded, 4 for contended)")
+	workloadFlag := fs.String("workload", strings.Join(defaultWorkloads, ","), "comma-separated workloads: "+strings.Join(workloadNames, ", ")+" (held: redlease only;\ndegraded: not with -nodes)")
 	leasesFlag := fs.Int("leases", 10000, "leases held at once in the held workload")
 	clientsFlag := fs.String("clients", strings.Join(clientNames, ","), "comma-separated clients")
 	jsonPath := fs.String("json", "", "write the results to `FILE` as a JSON array")
@@ -156,12 +173,20 @@ func mainCode() int {
 	if *plotPath != "" && !strings.HasSuffix(strings.ToLower(*plotPath), ".svg") {
 		return usageError(fs, fmt.Errorf("-plot %q: only .svg is supported", *plotPath))
 	}
+	addrs := splitList(*nodesFlag)
+	if len(addrs) > 0 && slices.Contains(workloads, degraded) {
+		fmt.Fprintln(os.Stderr, "bench: note: skipping the degraded workload with -nodes: it kills a node, so it needs the nodes the bench starts itself")
+		workloads = slices.DeleteFunc(workloads, func(w string) bool { return w == degraded })
+		if len(workloads) == 0 {
+			return usageError(fs, errors.New("nothing left to run"))
+		}
+	}
 	plan := makePlan(workloads, clients, workers, *resources, *leasesFlag)
 	if slices.Contains(workloads, heldWorkload) && !slices.Contains(clients, "redlease") {
 		fmt.Fprintln(os.Stderr, "bench: note: the held workload runs redlease only, whatever -clients says")
 	}
 	for _, r := range plan {
-		if r.workload == uncontended && r.workers > r.resources {
+		if (r.workload == uncontended || r.workload == degraded) && r.workers > r.resources {
 			fmt.Fprintf(os.Stderr, "bench: warning: %d workers on %d resources: uncontended workers will share resources\n", r.workers, r.resources)
 			break
 		}
@@ -174,8 +199,7 @@ func mainCode() int {
 	defer stop()
 	context.AfterFunc(ctx, stop)
 
-	addrs := splitList(*nodesFlag)
-	var cluster *redisproc.Cluster // nil with -nodes: no loss phase in held
+	var cluster *redisproc.Cluster // nil with -nodes: no loss phase in held, no degraded
 	if len(addrs) == 0 {
 		fmt.Fprintf(os.Stderr, "bench: starting %d redis-server nodes\n", localNodes)
 		cluster, err = redisproc.StartNodes(localNodes)
@@ -213,6 +237,7 @@ func mainCode() int {
 	if len(results) > 0 {
 		printTable(os.Stdout, results)
 		printRatios(os.Stdout, results)
+		printDegradedRatios(os.Stdout, results)
 	}
 	code := 0
 	if err != nil {
@@ -269,8 +294,10 @@ func (b *bench) runAll(ctx context.Context) ([]Result, error) {
 }
 
 // runOne is one run: FLUSHALL, a fresh client, a warm-up, then the
-// measured part between two snapshots of the counters.
-func (b *bench) runOne(ctx context.Context, i int, r run) (Result, error) {
+// measured part between two snapshots of the counters. A degraded run
+// kills a node once the client is connected, before the warm-up, and
+// restarts and re-seeds it once the client is closed.
+func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error) {
 	if r.workload == heldWorkload {
 		return b.runHeld(ctx, i, r)
 	}
@@ -281,9 +308,26 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer lk.close()
+	closeLocker := sync.OnceFunc(lk.close)
+	defer closeLocker()
 
-	b.progress.begin(fmt.Sprintf("[%d/%d] %s %s workers=%d", i+1, len(b.plan), r.client, r.workload, r.workers))
+	label := fmt.Sprintf("[%d/%d] %s %s workers=%d", i+1, len(b.plan), r.client, r.workload, r.workers)
+	dead := 0
+	if r.workload == degraded {
+		defer func() {
+			closeLocker() // before the restart: the client never sees the new process
+			if rerr := b.reviveNode(ctx); rerr != nil && err == nil {
+				err = rerr
+			}
+		}()
+		if err := b.killNode(); err != nil {
+			return Result{}, err
+		}
+		dead = 1
+		label += fmt.Sprintf(" (node %s killed)", b.addrs[deadNode])
+	}
+
+	b.progress.begin(label)
 	b.progress.status("warming up; suite " + fmtLeft(b.left(i)))
 	warm, warmElapsed := drive(ctx, lk, r, b.warmup, 64)
 	if ctx.Err() != nil {
@@ -317,8 +361,20 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (Result, error) {
 	if ctx.Err() != nil {
 		return Result{}, ctx.Err()
 	}
-	res := summarize(r, len(b.addrs), stats, elapsed, before, after, progressWrites)
-	b.progress.end(fmt.Sprintf("%.0f cycles/s, acquire p99 %s, %d errors", res.CyclesPerS, fmtMicros(res.AcquireP99), res.Errors))
+	res = summarize(r, len(b.addrs), stats, elapsed, before, after, progressWrites)
+	res.DeadNodes = dead
+	summary := fmt.Sprintf("%.0f cycles/s, acquire p99 %s, %d errors", res.CyclesPerS, fmtMicros(res.AcquireP99), res.Errors)
+	// redlease's view of the nodes: the dead one should be down, and
+	// only on a degraded run; say so either way on a degraded run, and
+	// otherwise only when something is off (a node left quarantined by a
+	// missed re-seed, say).
+	if h := engineHealth(lk); h != "" && (dead > 0 || h != "engine: all nodes up") {
+		summary += "; " + h
+	}
+	b.progress.end(summary)
+	if n, first := goRedisLog.take(); n > 0 {
+		fmt.Fprintf(os.Stderr, "    go-redis logged %d lines, first: %s\n", n, first)
+	}
 	if res.FirstError != "" {
 		fmt.Fprintf(os.Stderr, "    first error: %s\n", res.FirstError)
 	}
@@ -327,7 +383,8 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (Result, error) {
 
 // left estimates the time the runs from i on take.
 func (b *bench) left(i int) time.Duration {
-	const setup = 150 * time.Millisecond // FLUSHALL, connecting, summarizing
+	const setup = 150 * time.Millisecond   // FLUSHALL, connecting, summarizing
+	const restart = 100 * time.Millisecond // degraded: restarting and re-seeding the dead node
 	var d time.Duration
 	for _, r := range b.plan[min(i, len(b.plan)):] {
 		if r.workload == heldWorkload {
@@ -337,6 +394,9 @@ func (b *bench) left(i int) time.Duration {
 			continue
 		}
 		d += b.duration + b.warmup + setup
+		if r.workload == degraded {
+			d += restart
+		}
 	}
 	return d
 }

@@ -49,14 +49,20 @@ func writeSyscalls() (int64, error) {
 }
 
 // admin is a connection per node for FLUSHALL and INFO, apart from the
-// clients under test and used only between measurements.
+// clients under test and used only between measurements. A node marked
+// dead (the degraded workload kills one) is left out of both until it is
+// marked alive again.
 type admin struct {
 	addrs   []string
 	clients []rueidis.Client
+	dead    []bool
 }
 
+// setDead marks node i dead (left out of FLUSHALL and INFO) or alive.
+func (a *admin) setDead(i int, dead bool) { a.dead[i] = dead }
+
 func newAdmin(addrs []string) (*admin, error) {
-	a := &admin{addrs: addrs}
+	a := &admin{addrs: addrs, dead: make([]bool, len(addrs))}
 	for _, addr := range addrs {
 		c, err := rueidis.NewClient(rueidis.ClientOption{
 			InitAddress: []string{addr}, DisableCache: true, ForceSingleClient: true,
@@ -77,12 +83,17 @@ func (a *admin) close() {
 	}
 }
 
-// flushAll empties every node, so no run sees another's keys, and then
-// restores redlease's epoch key: no lease outlives the FLUSHALL between
-// runs (each run has a fresh client), so the nodes need no restart
-// quarantine, just as the README's fresh deployment marks its nodes.
+// flushAll empties every live node, so no run sees another's keys, and
+// then restores redlease's epoch key: no lease outlives the FLUSHALL
+// between runs (each run has a fresh client), so the nodes need no restart
+// quarantine, just as the README's fresh deployment marks its nodes. The
+// same goes for a node the degraded workload restarted empty: its process
+// is new, so redlease would otherwise keep it out of quorums for a TTL.
 func (a *admin) flushAll(ctx context.Context) error {
 	for i, c := range a.clients {
+		if a.dead[i] {
+			continue
+		}
 		for _, cmd := range c.DoMulti(ctx, c.B().Flushall().Build(),
 			c.B().Set().Key(engine.DefaultKeyPrefix+"epoch").Value("1").Build()) {
 			if err := cmd.Error(); err != nil {
@@ -93,11 +104,14 @@ func (a *admin) flushAll(ctx context.Context) error {
 	return nil
 }
 
-// serverCPU sums used_cpu_sys and used_cpu_user from INFO cpu over all
-// nodes.
+// serverCPU sums used_cpu_sys and used_cpu_user from INFO cpu over the
+// live nodes.
 func (a *admin) serverCPU(ctx context.Context) (time.Duration, error) {
 	var total float64
 	for i, c := range a.clients {
+		if a.dead[i] {
+			continue
+		}
 		info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
 		if err != nil {
 			return 0, fmt.Errorf("INFO cpu on %s: %w", a.addrs[i], err)

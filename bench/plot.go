@@ -72,7 +72,11 @@ func writePlot(path string, results []Result, clients []string, perPoint time.Du
 // plotRow draws one workload: its title, legend and two panels.
 func plotRow(b *strings.Builder, top float64, workload string, rows []Result, clients []string, perPoint time.Duration) {
 	r0 := rows[0]
-	title := fmt.Sprintf("%s: %d nodes, %d resources, %v per point, 10s TTL", workload, r0.Nodes, r0.Resources, perPoint)
+	nodes := fmt.Sprintf("%d nodes", r0.Nodes)
+	if r0.DeadNodes > 0 {
+		nodes = fmt.Sprintf("%d of %d nodes dead", r0.DeadNodes, r0.Nodes)
+	}
+	title := fmt.Sprintf("%s: %s, %d resources, %v per point, 10s TTL", workload, nodes, r0.Resources, perPoint)
 	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="16" font-weight="bold">%s</text>`+"\n", 16.0, top+26, html.EscapeString(title))
 
 	// Legend, right-aligned on the title line.

@@ -13,9 +13,12 @@ import (
 // the per-cycle costs divide by completed acquire+release cycles. For a
 // held run a cycle is an extension (see heldHelp for every field).
 type Result struct {
-	Client    string  `json:"client"`     // redlease, redsync or raw
-	Workload  string  `json:"workload"`   // uncontended, contended or held
-	Nodes     int     `json:"nodes"`      // Redis masters
+	Client   string `json:"client"`   // redlease, redsync or raw
+	Workload string `json:"workload"` // uncontended, contended, degraded or held
+	Nodes    int    `json:"nodes"`    // Redis masters the client is configured with
+	// DeadNodes is how many of them were dead during the run (degraded:
+	// 1); omitted when none.
+	DeadNodes int     `json:"dead_nodes,omitempty"`
 	Workers   int     `json:"workers"`    // concurrent goroutines
 	Resources int     `json:"resources"`  // distinct lock names
 	DurationS float64 `json:"duration_s"` // measured wall time
@@ -35,7 +38,7 @@ type Result struct {
 	FirstError string `json:"first_error,omitempty"`
 
 	ClientCPU float64 `json:"client_cpu_us_per_cycle"` // getrusage, whole process
-	ServerCPU float64 `json:"server_cpu_us_per_cycle"` // INFO cpu, all nodes
+	ServerCPU float64 `json:"server_cpu_us_per_cycle"` // INFO cpu, all live nodes
 	// WriteSyscalls is from /proc/self/io; -1 where that is unreadable.
 	WriteSyscalls float64 `json:"write_syscalls_per_cycle"`
 
@@ -240,6 +243,36 @@ func printRatios(w io.Writer, results []Result) {
 			header = true
 		}
 		fmt.Fprintf(w, "  %-11s workers=%-4d %s\n", p.workload, p.workers, strings.Join(parts, "   "))
+	}
+}
+
+// printDegradedRatios writes, per worker count, redlease's acquire p50
+// and p99 with one node dead over the same without (uncontended at the
+// same workers); near 1 means a dead minority costs nothing.
+func printDegradedRatios(w io.Writer, results []Result) {
+	healthy := map[int]Result{}
+	for _, r := range results {
+		if r.Client == "redlease" && r.Workload == uncontended {
+			healthy[r.Workers] = r
+		}
+	}
+	header := false
+	for _, r := range results {
+		if r.Client != "redlease" || r.Workload != degraded {
+			continue
+		}
+		h, ok := healthy[r.Workers]
+		if !ok {
+			continue
+		}
+		if !header {
+			fmt.Fprintf(w, "\nredlease, %d of %d nodes dead / all up (degraded / uncontended):\n", r.DeadNodes, r.Nodes)
+			header = true
+		}
+		fmt.Fprintf(w, "  workers=%-4d acquire p50 %s (%s vs %s)   acquire p99 %s (%s vs %s)   cycles/s %s\n", r.Workers,
+			ratio(r.AcquireP50, h.AcquireP50), fmtMicros(r.AcquireP50), fmtMicros(h.AcquireP50),
+			ratio(r.AcquireP99, h.AcquireP99), fmtMicros(r.AcquireP99), fmtMicros(h.AcquireP99),
+			ratio(r.CyclesPerS, h.CyclesPerS))
 	}
 }
 
