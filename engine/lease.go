@@ -58,32 +58,43 @@ func (l *Lease) Err() error { return l.state.Err() }
 // nil when a quorum confirmed, a *ReleaseError when not, and the lease's
 // Err when it had already ended.
 func (l *Lease) Release(ctx context.Context) error {
-	select {
-	case <-l.state.Done():
-		return l.state.Err()
-	default:
-	}
 	reply := make(chan lease.ReleaseResult, 1)
-	l.e.system.Root.Send(l.pid, &lease.Release{Reply: reply})
-	var r lease.ReleaseResult
-	select {
-	case r = <-reply:
-	case <-ctx.Done():
-		return contextError(ctx)
-	case <-l.state.Stopped():
-		select {
-		case r = <-reply:
-		default:
-			return l.state.Err()
-		}
-	}
-	if r.Err != nil {
+	r, err := ask(ctx, l, &lease.Release{Reply: reply}, reply)
+	switch {
+	case err != nil:
+		return err
+	case r.Err != nil:
 		return r.Err
-	}
-	if r.Confirmed < lease.Quorum(len(l.e.cfg.Nodes)) {
+	case r.Confirmed < lease.Quorum(len(l.e.cfg.Nodes)):
 		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes)}
 	}
 	return nil
+}
+
+// ask sends msg to the lease actor and waits for its answer on reply, for
+// ctx, or for the actor to be gone (a lease that ended answers with its
+// Err).
+func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error) {
+	var zero T
+	select {
+	case <-l.state.Done():
+		return zero, l.state.Err()
+	default:
+	}
+	l.e.system.Root.Send(l.pid, msg)
+	select {
+	case r := <-reply:
+		return r, nil
+	case <-ctx.Done():
+		return zero, contextError(ctx)
+	case <-l.state.Stopped():
+		select {
+		case r := <-reply:
+			return r, nil
+		default:
+			return zero, l.state.Err()
+		}
+	}
 }
 
 // Extend runs an extension round now (or joins the one in flight): a
@@ -94,26 +105,12 @@ func (l *Lease) Release(ctx context.Context) error {
 // when it has ended, including when this round found it lost. It waits at
 // most Config.NodeTimeout, or until ctx ends (the round goes on).
 func (l *Lease) Extend(ctx context.Context) error {
-	select {
-	case <-l.state.Done():
-		return l.state.Err()
-	default:
-	}
 	reply := make(chan lease.ExtendResult, 1)
-	l.e.system.Root.Send(l.pid, &lease.Extend{Reply: reply})
-	select {
-	case r := <-reply:
-		return r.Err
-	case <-ctx.Done():
-		return contextError(ctx)
-	case <-l.state.Stopped():
-		select {
-		case r := <-reply:
-			return r.Err
-		default:
-			return l.state.Err()
-		}
+	r, err := ask(ctx, l, &lease.Extend{Reply: reply}, reply)
+	if err != nil {
+		return err
 	}
+	return r.Err
 }
 
 // Events returns the lease's event channel: Acquired first, then Extended
