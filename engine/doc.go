@@ -1,0 +1,31 @@
+// Package engine is redlease's public API: leases over N independent Redis
+// masters, decided by the Redlock algorithm.
+//
+//	e, err := engine.New(engine.Config{Nodes: []string{"a:6379", "b:6379", "c:6379"}})
+//	lease, err := e.Acquire(ctx, "invoice:42")
+//	defer lease.Release(ctx)
+//
+// An Engine runs one node actor per Redis address (batching the commands
+// of all leases to that node into pipelined round trips) and one lease
+// actor per lease (votes, validity, retry, extension, events). Acquire
+// asks every node at once and holds the lease when N/2+1 granted with
+// positive validity, TTL − elapsed − (TTL·DriftFactor + 2ms); a failed
+// round is cleaned up on every node and retried after a randomized
+// backoff.
+//
+// A Lease tells its holder when it ends, and why, no later than its
+// validity deadline: Done closes and Err says ErrReleased, ErrExpired or
+// ErrLeaseLost; Context is cancelled with that cause; Events carries
+// Acquired, Extended, ExtendFailed and one terminal event. Done and Err are
+// the source of truth: events can be dropped for a slow reader, the end of
+// a lease never is.
+//
+// WithAutoExtend keeps a lease alive up to a maximum hold; WithFencing
+// gives it a token that strictly increases across successive holders (the
+// argument is in package lease). Nodes that restarted without their data
+// sit out until every lease they may have held has expired, nodes that
+// stop answering are not waited on, and nothing is logged unless
+// Config.Logger is set.
+//
+// All methods of Engine and Lease are safe for concurrent use.
+package engine
