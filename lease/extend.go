@@ -19,7 +19,6 @@ func (a *leaseActor) planExtend(at time.Time) {
 		a.state.setAtDeadline(ErrExpired)
 		return
 	}
-	a.extendAt = at
 	if a.extendTimer != nil {
 		a.extendTimer.Stop()
 	}

@@ -93,7 +93,6 @@ type leaseActor struct {
 
 	acquired    time.Time             // start of the winning acquire round
 	extending   bool                  // an extend round is out
-	extendAt    time.Time             // when the next extension was planned
 	extendsOver bool                  // MaxHold passed: the lease is meant to expire
 	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
 	token       uint64                // fencing token of the won round

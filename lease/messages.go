@@ -71,11 +71,15 @@ func (*Cancel) leaseMessage()  {}
 func (*Extend) leaseMessage()  {}
 func (*Close) leaseMessage()   {}
 
-// Timer messages, from the actor to itself.
+// Timer messages, from the actor to itself; one may fire as the actor
+// stops.
 type (
-	roundTimeout struct{ round uint64 }
-	retry        struct{}
-	extendTick   struct{}
-	expire       struct{}
-	linger       struct{}
+	roundTimeout struct {
+		actors.Late
+		round uint64
+	}
+	retry      struct{ actors.Late }
+	extendTick struct{ actors.Late }
+	expire     struct{ actors.Late }
+	linger     struct{ actors.Late }
 )

@@ -92,7 +92,7 @@ func (h *health) quarantined(now time.Time) bool { return now.Before(h.quarantin
 func (h *health) epochDue(now time.Time) bool { return h.epochPending && !h.quarantined(now) }
 
 type (
-	healthTick struct{}
+	healthTick struct{ actors.Late }
 	probed     struct {
 		actors.Late
 		at   time.Time
