@@ -252,7 +252,8 @@ func (r *run) latency(d time.Duration, down bool) {
 
 // inject breaks nodes in turn: one node killed with -9 and restarted
 // without persistence, one paused (SIGSTOP, then SIGCONT), one link slowed,
-// and now and then a majority paused for longer than a TTL.
+// and now and then a majority paused for longer than a TTL, or a restart
+// that only restart quarantine makes safe.
 func (r *run) inject(ctx context.Context) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	sleep := func(d time.Duration) bool {
@@ -263,7 +264,7 @@ func (r *run) inject(ctx context.Context) {
 			return true
 		}
 	}
-	kinds := []string{"kill+restart", "pause", "slow link", "kill+restart", "pause", "slow link", "majority pause"}
+	kinds := []string{"kill+restart", "pause", "slow link", "kill+restart", "pause", "slow link", "majority pause", "restart under a bare majority"}
 	for i := 0; sleep(time.Duration(200+rng.IntN(400)) * time.Millisecond); i++ {
 		kind, k := kinds[i%len(kinds)], rng.IntN(len(r.cluster.Nodes))
 		n := r.cluster.Nodes[k]
@@ -294,6 +295,19 @@ func (r *run) inject(ctx context.Context) {
 				_ = r.cluster.Nodes[(k+j)%len(r.cluster.Nodes)].Resume()
 			}
 			r.nodesDown.Add(-3)
+		case "restart under a bare majority":
+			// The Redlock critique's case: with two nodes dead, leases live
+			// on exactly three; one of those loses its data, and the dead
+			// two come back empty. Only restart quarantine keeps a
+			// contender from taking those three while a holder holds.
+			nodes := len(r.cluster.Nodes)
+			a, b, c := r.cluster.Nodes[k], r.cluster.Nodes[(k+1)%nodes], r.cluster.Nodes[(k+2)%nodes]
+			r.nodesDown.Add(2)
+			_, _ = a.Kill(), b.Kill()
+			sleep(hold)
+			_ = c.Kill()
+			_, _, _ = c.Restart(), a.Restart(), b.Restart()
+			r.nodesDown.Add(-2)
 		case "slow link":
 			r.proxies[k].SetDelay(time.Duration(5+rng.IntN(60)) * time.Millisecond)
 			sleep(hold)

@@ -25,7 +25,7 @@ func TestBoundedRunWithFaults(t *testing.T) {
 	if rep.Acquisitions < 200 {
 		t.Fatalf("only %d acquisitions: the run did not exercise much", rep.Acquisitions)
 	}
-	for _, kind := range []string{"kill+restart", "pause", "slow link"} {
+	for _, kind := range []string{"kill+restart", "pause", "slow link", "majority pause", "restart under a bare majority"} {
 		if rep.Faults[kind] == 0 {
 			t.Fatalf("no %s fault injected: %v", kind, rep.Faults)
 		}

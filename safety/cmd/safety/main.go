@@ -27,7 +27,7 @@ func main() {
 	flag.IntVar(&cfg.Resources, "resources", 4, "resources they contend for")
 	flag.DurationVar(&cfg.TTL, "ttl", 300*time.Millisecond, "lease TTL")
 	flag.BoolVar(&cfg.Faults, "faults", true, "inject faults")
-	flag.DurationVar(&cfg.RestartQuarantine, "quarantine", 0, "restart quarantine (0: the engine's default, the TTL; <0: off, to see the checker catch the violation)")
+	flag.DurationVar(&cfg.RestartQuarantine, "quarantine", 0, "restart quarantine (0: the engine's default, the TTL; negative, e.g. -1s: off, to see the checker catch violations)")
 	nodes := flag.Int("nodes", 5, "redis-server nodes to start")
 	flag.Parse()
 	os.Exit(run(cfg, *nodes))
