@@ -13,9 +13,15 @@
 //  2. A failed round sends Release to all N nodes at once, then waits a
 //     randomized backoff (waiting) and tries again, until the attempt
 //     budget, the backoff or the caller's context says stop (failing).
-//  3. held: a timer fires at the validity deadline and ends the lease with
-//     ErrExpired. Release ends it with ErrReleased.
-//  4. After the end (or the final failure) the actor waits for the votes it
+//  3. fencing (with a FenceKey): the token is written back to the granting
+//     nodes before the lease counts as held; see Fencing tokens below.
+//  4. held: the deadline timer ends the lease at its validity deadline, on
+//     its own goroutine so a busy mailbox cannot delay it: ErrLeaseLost if
+//     it was meant to be extended (MaxHold), ErrExpired otherwise. With
+//     MaxHold, extension rounds run at a third of the TTL and, after a
+//     failure, again soon; a quorum answering "not mine" loses the lease at
+//     once. Release ends it with ErrReleased.
+//  5. After the end (or the final failure) the actor waits for the votes it
 //     is still owed, bounded by the node timeout, then stops. Nothing it
 //     sent is left unanswered, so nothing is left running.
 package lease
