@@ -457,8 +457,10 @@ func TestCancelMidRetry(t *testing.T) {
 	if took < 150*time.Millisecond || took > time.Second {
 		t.Fatalf("Acquire returned after %v, want soon after the cancel at 150ms", took)
 	}
-	if got := count(values(t, c, "busy"), held.Value()); got != 5 {
-		t.Fatalf("holder's key on %d nodes, want 5", got)
+	// The holder's key stays on its quorum, and nothing of the contender's
+	// is left (a node may have granted the contender before the holder).
+	if vals := values(t, c, "busy"); count(vals, held.Value()) < 3 || count(vals, held.Value())+count(vals, "") != 5 {
+		t.Fatalf("keys after the cancelled contender: %q", vals)
 	}
 
 	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
