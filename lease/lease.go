@@ -191,27 +191,19 @@ func (a *leaseActor) vote(v *node.Vote) {
 			"round", v.Round, "outcome", v.Outcome, "rtt", v.RTT, "err", v.Err)
 	}
 	switch {
-	case a.phase == acquiring:
+	case a.phase == acquiring || a.phase == fencing:
 		a.tally.add(v.Outcome)
 		switch {
 		case a.tally.won() && Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) <= 0:
 			a.roundFailed(errTooSlow)
-		case a.tally.won() && a.cfg.FenceKey != "":
+		case a.tally.won() && a.phase == acquiring && a.cfg.FenceKey != "":
 			a.startFence()
 		case a.tally.won():
 			a.hold()
+		case a.tally.lost() && a.phase == fencing:
+			a.roundFailed(errFenceRefused)
 		case a.tally.lost():
 			a.roundFailed(nil)
-		}
-	case a.phase == fencing:
-		a.tally.add(v.Outcome)
-		switch {
-		case a.tally.won() && Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) <= 0:
-			a.roundFailed(errTooSlow)
-		case a.tally.won():
-			a.hold()
-		case a.tally.lost():
-			a.roundFailed(errFenceRefused)
 		}
 	case a.phase == held && a.extending:
 		a.tally.add(v.Outcome)

@@ -36,9 +36,6 @@ type ExtendResult struct {
 	Votes []node.Vote // of the extend round, by node
 }
 
-// message seals the set the lease actor accepts from outside.
-type message interface{ leaseMessage() }
-
 // Release asks the actor to release the held lease on every node and end it
 // with ErrReleased. Reply (buffered 1) receives the node outcomes.
 type Release struct {
@@ -65,11 +62,6 @@ type Close struct {
 	actors.Late
 	Err error
 }
-
-func (*Release) leaseMessage() {}
-func (*Cancel) leaseMessage()  {}
-func (*Extend) leaseMessage()  {}
-func (*Close) leaseMessage()   {}
 
 // Timer messages, from the actor to itself; one may fire as the actor
 // stops.
