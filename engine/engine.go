@@ -31,11 +31,15 @@ type Engine struct {
 	hub         *actor.PID // event fan-out to subscribers
 	subscribers atomic.Int32
 	dropped     atomic.Uint64 // events not delivered
-	publishFn   func(Event)
-	explainFn   func([]node.Vote, error) error
+	// Method values made once in New, not per lease.
+	publishFn func(Event)
+	explainFn func([]node.Vote, error) error
+	forgetFn  func(*lease.State)
 
+	// closed: Close was called. Set under mu, so a check under mu orders
+	// against Close; read without it as a fast first check.
+	closed  atomic.Bool
 	mu      sync.Mutex
-	closed  bool
 	live    map[*lease.State]*actor.PID // lease actors not yet stopped
 	nextSub uint64
 }
@@ -63,7 +67,7 @@ func New(cfg Config) (*Engine, error) {
 		e.system = actors.NewSystem(cfg.Logger)
 		e.ownSystem = true
 	}
-	e.publishFn, e.explainFn = e.publish, e.explain
+	e.publishFn, e.explainFn, e.forgetFn = e.publish, e.explain, e.forget
 	e.hub = e.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
 		return &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
 	}, actor.WithDispatcher(e.dispatch)))
@@ -168,6 +172,9 @@ func (e *Engine) TryAcquire(ctx context.Context, resource string, opts ...Option
 }
 
 func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opts []Option) (*Lease, error) {
+	if e.closed.Load() {
+		return nil, ErrClosed
+	}
 	o, err := e.options(opts)
 	if err != nil {
 		return nil, err
@@ -186,7 +193,7 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 		Resource: resource, Key: key, Value: newValue(),
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
 		Attempts: attempts, MaxHold: o.maxHold, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
-		OnStop: e.forget, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
+		OnStop: e.forgetFn, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
 		Dispatcher: e.dispatch,
 	}
 	if attempts > 1 {
@@ -199,7 +206,7 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	cfg.Reply = reply
 
 	e.mu.Lock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		return nil, ErrClosed
 	}
@@ -301,11 +308,11 @@ func (e *Engine) forget(st *lease.State) {
 // engine after Close, Close included, returns ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		return ErrClosed
 	}
-	e.closed = true
+	e.closed.Store(true)
 	live := make(map[*lease.State]*actor.PID, len(e.live))
 	for st, pid := range e.live {
 		live[st] = pid

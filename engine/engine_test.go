@@ -531,6 +531,9 @@ func TestClose(t *testing.T) {
 	if _, err := e.Acquire(ctx, "x"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Acquire after Close = %v, want ErrClosed", err)
 	}
+	if _, err := e.TryAcquire(ctx, "", WithTTL(-1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TryAcquire with bad input after Close = %v, want ErrClosed", err)
+	}
 	if _, err := e.TryAcquire(ctx, "x"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("TryAcquire after Close = %v, want ErrClosed", err)
 	}

@@ -84,7 +84,7 @@ func (h *hub) Receive(ctx actor.Context) {
 func (e *Engine) Subscribe(buffer int) (events <-chan Event, cancel func()) {
 	ch := make(chan Event, max(buffer, 0))
 	e.mu.Lock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		close(ch)
 		return ch, func() {}
