@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -57,10 +55,6 @@ func leakedStacks(pkgs []string) string {
 	}
 	return strings.Join(leaked, "\n\n")
 }
-
-var heldLeases = flag.Int("leases", 10000, "leases held by BenchmarkHeldLeases")
-
-func errorsIsLost(l *Lease) bool { return errors.Is(l.Err(), ErrLeaseLost) }
 
 // startNodes starts n redis-server processes that count as having served
 // redlease before: they hold the epoch key, so restart quarantine does
