@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
 )
 
 // Defaults for the zero fields of Config. The README compares them with
@@ -89,10 +90,14 @@ type Config struct {
 	// always fits. Default 8; at least 2.
 	EventBuffer int
 	// Client is the template for each node's rueidis client (TLS, auth,
-	// dialer; ClientName defaults to "redlease"). redlease sets
-	// InitAddress, DisableCache, ForceSingleClient
-	// and one connection per node (PipelineMultiplex -1), so commands
-	// reach a node in the order they were issued.
+	// dialer; ClientName defaults to "redlease"). So that commands reach a
+	// node in the order they were issued, on one connection, redlease sets
+	// InitAddress, DisableCache, ForceSingleClient, one connection per node
+	// (PipelineMultiplex -1), auto-pipelining (DisableAutoPipelining
+	// false) and a BlockingPipeline above its largest batch (below it,
+	// rueidis would send batches over pooled connections). It wraps the
+	// dialler: a new connection carries commands only after a probe
+	// checked which server process it reached.
 	Client rueidis.ClientOption
 	// ActorSystem, if set, hosts the engine's actors; Close leaves it
 	// running. Default: a system of the engine's own, silent unless Logger
@@ -218,8 +223,9 @@ func checkAddr(addr string) error {
 	return nil
 }
 
-// epochKey marks, on every node, that it kept its data since redlease last
-// restored it. It cannot collide with a lock key, which holds braces.
+// epochKey holds, on every node, the epoch marker: the run id of the
+// process that kept its data since redlease last checked it. It cannot
+// collide with a lock key, which holds braces.
 func (c *Config) epochKey() string { return c.KeyPrefix + "epoch" }
 
 // clientOption is the rueidis option for one node.
@@ -229,6 +235,10 @@ func (c *Config) clientOption(addr string) rueidis.ClientOption {
 	o.DisableCache = true
 	o.ForceSingleClient = true
 	o.PipelineMultiplex = -1
+	o.DisableAutoPipelining = false
+	if o.BlockingPipeline <= node.MaxBatch {
+		o.BlockingPipeline = rueidis.DefaultBlockingPipeline
+	}
 	if o.ClientName == "" {
 		o.ClientName = "redlease" // so operators find our connections in CLIENT LIST
 	}

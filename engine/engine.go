@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
-	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/actors"
 	"github.com/redlease/redlease/lease"
@@ -58,7 +57,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = actors.Discard
 	}
-	clients, infos, err := connect(&cfg)
+	conns, infos, err := connect(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +72,7 @@ func New(cfg Config) (*Engine, error) {
 	}, actor.WithDispatcher(e.dispatch)))
 	for i, addr := range cfg.Nodes {
 		n := node.Spawn(e.system, node.Config{
-			Index: i, Addr: addr, Client: clients[i], Options: cfg.clientOption(addr),
+			Index: i, Addr: addr, Conn: conns[i],
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger, Dispatcher: e.dispatch,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
 			First: infos[i],
@@ -87,39 +86,16 @@ func New(cfg Config) (*Engine, error) {
 // connect dials and probes every node at once. It fails, closing what it
 // opened, when fewer than a quorum answer, when a node is a read-only
 // replica, or when two addresses reach the same server (two votes from one
-// server would break the quorum).
-func connect(cfg *Config) ([]rueidis.Client, []*node.Info, error) {
-	n := len(cfg.Nodes)
-	clients := make([]rueidis.Client, n)
-	infos := make([]*node.Info, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, addr := range cfg.Nodes {
-		wg.Go(func() {
-			c, err := rueidis.NewClient(cfg.clientOption(addr))
-			if err == nil {
-				ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
-				var info node.Info
-				info, err = node.Probe(ctx, c, cfg.epochKey())
-				cancel()
-				clients[i] = c
-				if err == nil {
-					infos[i] = &info
-				}
-			}
-			if err != nil {
-				errs[i] = fmt.Errorf("redlease: node %s: %w", addr, err)
-			}
-		})
-	}
-	wg.Wait()
+// server would break the quorum). Nodes that did not answer get no Info;
+// their node actors probe them until they do.
+func connect(cfg *Config) ([]*node.Conn, []*node.Info, error) {
+	conns, infos, errs := probeAll(cfg)
 	closeAll := func() {
-		for _, c := range clients {
-			if c != nil {
-				c.Close()
-			}
+		for _, c := range conns {
+			c.Close()
 		}
 	}
+	n := len(cfg.Nodes)
 	seen := make(map[string]int, n)
 	up := 0
 	for i, info := range infos {
@@ -143,13 +119,67 @@ func connect(cfg *Config) ([]rueidis.Client, []*node.Info, error) {
 		closeAll()
 		return nil, nil, fmt.Errorf("redlease: %d of %d nodes reachable, %d needed: %w", up, n, q, errors.Join(errs...))
 	}
-	for i, c := range clients {
-		if infos[i] == nil && c != nil {
-			c.Close() // connected but the probe failed: redial from scratch
-			clients[i] = nil
-		}
+	return conns, infos, nil
+}
+
+// probeAll makes a connection per node of cfg and probes them all at once,
+// each within ConnectTimeout.
+func probeAll(cfg *Config) ([]*node.Conn, []*node.Info, []error) {
+	n := len(cfg.Nodes)
+	conns := make([]*node.Conn, n)
+	infos := make([]*node.Info, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, addr := range cfg.Nodes {
+		conns[i] = node.NewConn(cfg.clientOption(addr))
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+			defer cancel()
+			info, err := conns[i].Probe(ctx, cfg.epochKey(), node.Info{})
+			if err != nil {
+				errs[i] = fmt.Errorf("node %s: %w", addr, err)
+				return
+			}
+			infos[i] = &info
+		})
 	}
-	return clients, infos, nil
+	wg.Wait()
+	return conns, infos, errs
+}
+
+// MarkNew tells redlease that the nodes of cfg are new: none of them holds
+// a lock key that a lease still relies on (a new deployment, or nodes an
+// operator has emptied on purpose). It writes each node's epoch marker for
+// its running process, so that engines use the node at once instead of
+// sitting out a restart quarantine of up to MaxTTL from its start. Never
+// call it for a node that may have lost keys of leases still held (one
+// restarted without persistence or from a snapshot while leases were held):
+// that is exactly what the quarantine protects against.
+//
+// MarkNew marks every node it reaches and returns an error naming each one
+// it could not. It uses cfg's Nodes, KeyPrefix, Client and ConnectTimeout.
+func MarkNew(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	conns, infos, errs := probeAll(&cfg)
+	for i, c := range conns {
+		if infos[i] != nil {
+			ok, err := c.Mark(ctx, cfg.epochKey(), infos[i].RunID)
+			if err == nil && !ok {
+				err = errors.New("the server restarted while being marked")
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("node %s: %w", cfg.Nodes[i], err)
+			}
+		}
+		c.Close()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("redlease: mark new nodes: %w", err)
+	}
+	return nil
 }
 
 // MaxResourceLen bounds a resource name, in bytes: every command to every

@@ -56,16 +56,13 @@ func leakedStacks(pkgs []string) string {
 	return strings.Join(leaked, "\n\n")
 }
 
-// startNodes starts n redis-server processes that count as having served
-// redlease before: they hold the epoch key, so restart quarantine does
-// not hold back tests that are not about it.
+// startNodes starts n redis-server processes marked new (MarkNew), so
+// restart quarantine does not hold back tests that are not about it.
 func startNodes(t testing.TB, n int) *redisproc.Cluster {
 	t.Helper()
 	c := redisproc.Start(t, n)
-	for _, node := range c.Nodes {
-		if err := node.Set(context.Background(), DefaultKeyPrefix+"epoch", "1", 0); err != nil {
-			t.Fatal(err)
-		}
+	if err := MarkNew(context.Background(), Config{Nodes: c.Addrs()}); err != nil {
+		t.Fatal(err)
 	}
 	return c
 }

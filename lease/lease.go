@@ -178,7 +178,7 @@ func (a *leaseActor) extendCmd(r node.Request) node.Command {
 }
 
 func (a *leaseActor) releaseCmd(r node.Request) node.Command {
-	return &node.Release{Request: r}
+	return &node.Release{Request: r, TTL: a.cfg.TTL}
 }
 
 func (a *leaseActor) vote(v *node.Vote) {

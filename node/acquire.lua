@@ -1,11 +1,12 @@
 -- KEYS[1] lock key; KEYS[2] epoch key; ARGV[1] owner value;
--- ARGV[2] TTL in milliseconds; ARGV[3] "1" to require the epoch key.
+-- ARGV[2] TTL in milliseconds; ARGV[3] the epoch marker required (the run
+-- id of this server process), or '' for none.
 -- Grants (1) when the key was free or already held by this owner, so a retry
 -- after a lost reply is idempotent; refuses (0) when another owner holds it;
--- answers -1 without granting when the epoch key is required and missing:
--- the node lost its data (a restart without persistence) and must sit out
+-- answers -1 without granting when the epoch marker is not the one
+-- required: the node lost its data (FLUSHALL, a restart) and must sit out
 -- until every lease it may have held has expired.
-if ARGV[3] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then
+if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then
   return -1
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then

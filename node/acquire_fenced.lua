@@ -1,11 +1,11 @@
 -- KEYS[1] lock key; KEYS[2] epoch key; KEYS[3] fence key (no TTL);
--- ARGV[1] owner value; ARGV[2] TTL in milliseconds; ARGV[3] "1" to require
--- the epoch key.
+-- ARGV[1] owner value; ARGV[2] TTL in milliseconds; ARGV[3] the epoch
+-- marker required, or '' for none.
 -- As acquire.lua, and a grant also answers this node's fence counter:
 -- {1, counter}, where the counter is at least the node's clock in
 -- microseconds, so it does not start again at zero after the node lost
--- its data. Refusals answer 0 (taken) or -1 (epoch key missing).
-if ARGV[3] == '1' and redis.call('EXISTS', KEYS[2]) == 0 then
+-- its data. Refusals answer 0 (taken) or -1 (epoch marker missing or not the one required).
+if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then
   return -1
 end
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])

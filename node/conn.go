@@ -1,8 +1,13 @@
 package node
 
 import (
+	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -11,19 +16,85 @@ import (
 // redialEvery limits how often a node that could not be reached is dialled.
 const redialEvery = time.Second
 
-// conn is a node's client, dialled lazily when the node was down at start.
-// Only batch goroutines call get, one at a time per node.
-type conn struct {
-	opt rueidis.ClientOption
+// errUnchecked: a batch would have gone out on a connection no probe has
+// checked (rueidis redials lazily, on the next command). Nothing was sent;
+// the batch waits for a probe.
+var errUnchecked = errors.New("redlease: new connection not yet probed")
+
+// Conn is a node's rueidis client behind a dial gate. Any new connection
+// may reach a new server process (one restarted from a snapshot keeps old
+// keys but lost recent ones), and the server may still run what an
+// abandoned connection had sent. So only a probe may dial: it learns the
+// process (run id), kills the previous connection on the server, and only
+// then do commands flow. A batch that would make rueidis redial fails
+// unsent instead.
+//
+// One goroutine at a time uses a Conn: the engine before it spawns the
+// node actor, the actor's sender goroutine after.
+type Conn struct {
+	opt   rueidis.ClientOption // its dialler goes through gate
+	open  atomic.Bool          // dials allowed: only while probing
+	dials atomic.Uint64        // connections made
 
 	mu      sync.Mutex
 	client  rueidis.Client
 	closed  bool
 	err     error     // the last dial error
-	retryAt time.Time // no dial before this
+	retryAt time.Time // no client made before this
 }
 
-func (c *conn) get() (rueidis.Client, error) {
+// NewConn returns an unconnected Conn for opt; Probe connects it.
+func NewConn(opt rueidis.ClientOption) *Conn {
+	c := &Conn{}
+	dial := opt.DialCtxFn
+	if dial == nil {
+		dial = defaultDial(opt.DialFn)
+	}
+	opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		if !c.open.Load() {
+			return nil, errUnchecked
+		}
+		nc, err := dial(ctx, dst, d, tc)
+		if err == nil {
+			c.dials.Add(1)
+		}
+		return nc, err
+	}
+	opt.DialFn = nil
+	c.opt = opt
+	return c
+}
+
+// defaultDial is rueidis' own dialling, or the user's deprecated DialFn.
+func defaultDial(fn func(string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	return func(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+		switch {
+		case fn != nil:
+			return fn(dst, d, tc)
+		case tc != nil:
+			return (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
+		}
+		return d.DialContext(ctx, "tcp", dst)
+	}
+}
+
+// get returns the client for a batch, or errUnchecked when there is none
+// yet: only a probe makes it.
+func (c *Conn) get() (rueidis.Client, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return nil, ErrStopped
+	case c.client == nil:
+		return nil, errUnchecked
+	}
+	return c.client, nil
+}
+
+// dialled makes the client if there is none, at most every redialEvery.
+// The gate must be open.
+func (c *Conn) dialled() (rueidis.Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -36,7 +107,10 @@ func (c *conn) get() (rueidis.Client, error) {
 	}
 	client, err := rueidis.NewClient(c.opt)
 	if err != nil {
-		c.err = fmt.Errorf("redlease: connect: %w", err)
+		if client != nil {
+			client.Close()
+		}
+		c.err = fmt.Errorf("connect: %w", err)
 		c.retryAt = time.Now().Add(redialEvery)
 		return nil, c.err
 	}
@@ -44,7 +118,8 @@ func (c *conn) get() (rueidis.Client, error) {
 	return client, nil
 }
 
-func (c *conn) close() {
+// Close closes the client; the Conn answers ErrStopped after it.
+func (c *Conn) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true

@@ -24,71 +24,110 @@ var (
 	ErrQuarantined = errors.New("redlease: node restarted without its data: quarantined")
 )
 
-// epochMissing is the acquire script's answer when the node has no epoch
-// key: it lost its data since the key was set.
+// epochMissing is the acquire script's answer when the node's epoch
+// marker is not the one required: it lost its data since it was written.
 const epochMissing = -1
 
-// Info is what a health probe learns of a node.
+// Info is what a probe learns of a node.
 type Info struct {
 	RunID   string        // changes with every restart
 	Uptime  time.Duration // since the process started
 	Replica bool          // a read-only replica, useless for locking
-	Epoch   bool          // the epoch key exists: the node kept its data
+	// Epoch is the epoch marker: the run id of the process that wrote it,
+	// "" when there is none.
+	Epoch  string
+	ConnID int64 // CLIENT ID of the connection the probe checked
 }
 
-// Probe asks a node for its run id, uptime, role and epoch key, in one
-// round trip.
-func Probe(ctx context.Context, c rueidis.Client, epochKey string) (Info, error) {
-	res := c.DoMulti(ctx,
-		c.B().Info().Section("server").Build(),
-		c.B().Info().Section("replication").Build(),
-		c.B().Exists().Key(epochKey).Build())
-	server, err := res[0].ToString()
+// Trusted reports whether the node has kept its data since redlease last
+// checked it: the running process wrote the epoch marker. A marker of
+// another process came back with a snapshot or an AOF, which may have lost
+// the latest lock keys.
+func (i Info) Trusted() bool { return i.Epoch == i.RunID }
+
+// Probe connects c if needed and learns, in one round trip, its node's run
+// id, uptime, role and epoch marker, loading redlease's scripts on the way
+// so that later batches find them. When prev is an earlier connection to
+// the same process, Probe kills it on the server first: nothing it sent
+// can run after what this connection sends. New connections are made only
+// here.
+func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, error) {
+	c.open.Store(true)
+	defer c.open.Store(false)
+	client, err := c.dialled()
 	if err != nil {
 		return Info{}, err
 	}
-	repl, err := res[1].ToString()
-	if err != nil {
-		return Info{}, err
+	cmds := make(rueidis.Commands, 0, 4+len(scripts))
+	cmds = append(cmds,
+		client.B().ClientId().Build(),
+		client.B().Info().Section("server").Build(),
+		client.B().Info().Section("replication").Build(),
+		client.B().Get().Key(epochKey).Build())
+	for _, s := range scripts {
+		cmds = append(cmds, client.B().ScriptLoad().Script(s.body).Build())
 	}
-	exists, err := res[2].AsInt64()
-	if err != nil {
-		return Info{}, err
+	res := client.DoMulti(ctx, cmds...)
+	dials := c.dials.Load()
+	for _, r := range res {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return Info{}, err
+		}
 	}
-	info := Info{RunID: infoField(server, "run_id"), Replica: infoField(repl, "role") == "slave", Epoch: exists == 1}
+	var info Info
+	info.ConnID, _ = res[0].AsInt64()
+	server, _ := res[1].ToString()
+	repl, _ := res[2].ToString()
+	info.Epoch, _ = res[3].ToString()
+	info.RunID = infoField(server, "run_id")
+	info.Replica = infoField(repl, "role") == "slave"
 	if s, err := strconv.ParseInt(infoField(server, "uptime_in_seconds"), 10, 64); err == nil {
 		info.Uptime = time.Duration(s) * time.Second
 	}
 	if info.RunID == "" {
 		return Info{}, errors.New("redlease: INFO server has no run_id")
 	}
+	if prev.RunID == info.RunID && prev.ConnID != 0 && prev.ConnID != info.ConnID {
+		err := client.Do(ctx, client.B().ClientKill().Id(prev.ConnID).Build()).Error()
+		if _, gone := rueidis.IsRedisErr(err); err != nil && !gone { // gone: "No such client"
+			return Info{}, err
+		}
+	}
+	if c.dials.Load() != dials {
+		return Info{}, errors.New("redlease: the connection changed during the probe")
+	}
 	return info, nil
 }
 
-func infoField(info, name string) string {
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
-			return strings.TrimSpace(v)
-		}
+// Mark writes the epoch marker of runID, the process a probe found, if that
+// process still runs: true if written.
+func (c *Conn) Mark(ctx context.Context, epochKey, runID string) (bool, error) {
+	client, err := c.get()
+	if err != nil {
+		return false, err
 	}
-	return ""
+	n, err := client.Do(ctx, markCmd(client, epochKey, runID)).AsInt64()
+	return n == 1, err
+}
+
+func markCmd(c rueidis.Client, epochKey, runID string) rueidis.Completed {
+	return c.B().Eval().Script(epochLua).Numkeys(1).Key(epochKey).Arg(runID).Build()
 }
 
 // health is what the node actor knows of its node.
 type health struct {
-	runID           string
+	checked         Info      // the last probe: process and connection commands go to
 	down            bool
 	failures        int       // consecutive failed batches or probes
 	quarantineUntil time.Time // acquires refused before it
-	epochPending    bool      // restore the epoch key before the next acquire
+	epochPending    bool      // write the epoch marker once the quarantine is over
 	probeDue        bool
 }
 
 func (h *health) quarantined(now time.Time) bool { return now.Before(h.quarantineUntil) }
 
-// epochDue: the quarantine is over and the epoch key must be restored, in
-// front of the next batch, so the acquires after it pass the check.
+// epochDue: the quarantine is over and the epoch marker must be written,
+// in front of the next batch, so the acquires after it pass the check.
 func (h *health) epochDue(now time.Time) bool { return h.epochPending && !h.quarantined(now) }
 
 type (
@@ -105,14 +144,25 @@ type (
 // batch's slice for reuse.
 type sent struct {
 	actors.Late
-	batch    []entry
-	size     int  // entries sent
-	epochSet bool // the epoch key was restored
-	failed   int  // entries that got no answer from Redis
-	lostData bool // an acquire found the epoch key missing
+	batch     []entry
+	size      int     // entries sent
+	unchecked bool    // nothing was sent: batch waits for a probe, in order
+	retry     []entry // releases that got no answer: sent again first
+	marked    bool    // the epoch marker was written
+	failed    int     // entries that got no answer from Redis
+	lostData  bool    // an acquire found the epoch marker not the one required
 }
 
 func (a *nodeActor) quarantineOn() bool { return a.cfg.Quarantine >= 0 }
+
+// epoch is the marker acquires require: the checked process's run id, or
+// none when the quarantine is off.
+func (a *nodeActor) epoch() string {
+	if !a.quarantineOn() {
+		return ""
+	}
+	return a.health.checked.RunID
+}
 
 // start takes the probe New made; a node that was unreachable then is
 // probed first thing.
@@ -121,46 +171,60 @@ func (a *nodeActor) start(first *Info) {
 		a.health.probeDue = true
 		return
 	}
-	a.firstContact(time.Now(), *first)
+	a.checked(time.Now(), *first)
 }
 
-// firstContact: a node without the epoch key is fresh or lost its data in
-// a restart; either way any lease it held was set before it started, so it
-// refuses acquires until Quarantine has passed since then. A node up for
-// longer than that (a fresh deployment on Redis that has been running) is
-// used at once.
-func (a *nodeActor) firstContact(at time.Time, info Info) {
-	a.health.runID = info.RunID
-	if !info.Epoch && a.quarantineOn() {
-		a.lostData(at.Add(-info.Uptime), "no epoch key")
+// checked takes what a probe at found. A process seen for the first time
+// (a first contact or a restart) is trusted only if it wrote the epoch
+// marker itself; otherwise its data may be older than the process (none
+// at all, or a snapshot that lost the latest lock keys), so it refuses
+// acquires until Quarantine has passed since it started. A process up for
+// longer than that is used at once. A known process whose marker is gone
+// lost its data just now (FLUSHALL).
+func (a *nodeActor) checked(at time.Time, info Info) {
+	prev := a.health.checked
+	a.health.checked = info
+	if info.Trusted() {
+		a.health.epochPending = false
+		return
+	}
+	if !a.quarantineOn() {
+		return
+	}
+	switch {
+	case prev.RunID == "":
+		a.lostData(at.Add(-info.Uptime), "first contact: no epoch marker of this process")
+	case prev.RunID != info.RunID:
+		a.lostData(at.Add(-info.Uptime), "restarted (new run_id)")
+	case !a.health.epochPending:
+		a.lostData(at, "epoch marker gone (FLUSHALL?)")
 	}
 }
 
 // lostData quarantines the node until Quarantine after since, the moment
-// it lost its data.
+// it may have lost its data, and writes the marker after that.
 func (a *nodeActor) lostData(since time.Time, why string) {
 	a.health.epochPending = true
 	until := since.Add(a.cfg.Quarantine)
+	if !until.After(a.health.quarantineUntil) {
+		return
+	}
 	a.health.quarantineUntil = until
 	a.stats.QuarantineUntil.Store(until.UnixNano())
 	if time.Now().Before(until) {
 		a.stats.Restarts.Add(1)
-		a.cfg.Logger.Warn("redlease: node lost its data; refusing acquires until every lease it held expired",
+		a.cfg.Logger.Warn("redlease: node may have lost its data; refusing acquires until every lease it held expired",
 			"node", a.cfg.Addr, "why", why, "until", until)
 	}
 }
 
 func (a *nodeActor) probeTimeout() time.Duration { return max(a.cfg.Timeout, 100*time.Millisecond) }
 
-func (a *nodeActor) probe(deadline time.Time) {
+func (a *nodeActor) probe(j job) {
 	m := &probed{at: time.Now()}
-	client, err := a.conn.get()
-	if err == nil {
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		m.info, err = Probe(ctx, client, a.cfg.EpochKey)
-		cancel()
-	}
-	m.err = err
+	ctx, cancel := context.WithDeadline(context.Background(), j.deadline)
+	m.info, m.err = a.conn.Probe(ctx, a.cfg.EpochKey, j.prev)
+	cancel()
 	a.system.Root.Send(a.self, m)
 }
 
@@ -176,26 +240,20 @@ func (a *nodeActor) probeDone(m *probed) {
 		return
 	}
 	a.setDown(false, nil)
-	switch {
-	case a.health.runID == "":
-		a.firstContact(m.at, m.info)
-	case m.info.RunID != a.health.runID:
-		a.health.runID = m.info.RunID
-		if a.quarantineOn() {
-			a.lostData(m.at.Add(-m.info.Uptime), "restarted (new run_id)")
-		}
-	case !m.info.Epoch && !a.health.epochPending && a.quarantineOn():
-		a.lostData(m.at, "epoch key gone (FLUSHALL?)")
-	}
+	a.checked(m.at, m.info)
 }
 
 func (a *nodeActor) batchDone(m *sent) {
-	if m.epochSet {
+	if m.marked {
 		a.health.epochPending = false
 	}
+	if m.unchecked {
+		a.health.probeDue = true
+		return
+	}
 	if m.lostData && a.quarantineOn() && !a.health.epochPending {
-		// Until the probe tells when it restarted, count from now.
-		a.lostData(time.Now(), "an acquire found no epoch key")
+		// Until the probe tells what happened, count from now.
+		a.lostData(time.Now(), "an acquire found the epoch marker gone")
 		a.health.probeDue = true
 	}
 	switch {
@@ -241,4 +299,15 @@ func (a *nodeActor) armProbe() {
 		d /= 5
 	}
 	a.timer = actors.After(a.system, d, a.self, &healthTick{})
+}
+
+// infoField reads one field of an INFO section.
+func infoField(info, name string) string {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

@@ -47,9 +47,13 @@ type Extend struct {
 	TTL time.Duration
 }
 
-// Release asks the node to delete Key if Value holds it.
+// Release asks the node to delete Key if Value holds it. A release the
+// node did not answer (its Vote says Timeout or Failed) is sent again, in
+// order, as soon as the node answers again, until TTL has passed since it
+// reached the actor: the key cannot outlive that.
 type Release struct {
 	Request
+	TTL time.Duration // the longest the key may live from now
 }
 
 // Outcome is a node's answer to one command.

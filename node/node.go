@@ -17,27 +17,26 @@ import (
 	"github.com/redlease/redlease/actors"
 )
 
-// maxBatch bounds one DoMulti: rueidis sends pipelines longer than its
-// BlockingPipeline (2000) over a separate pooled connection, which would
-// break the one-connection ordering.
-const maxBatch = 1000
+// MaxBatch bounds one DoMulti: rueidis sends pipelines longer than its
+// BlockingPipeline (default 2000) over a separate pooled connection, which
+// would break the one-connection ordering.
+const MaxBatch = 1000
 
 // Config describes one node actor.
 type Config struct {
-	Index   int            // position in the engine's node list, echoed in votes
-	Addr    string         // host:port, for logs
-	Client  rueidis.Client // connected client; nil to dial lazily from Options
-	Options rueidis.ClientOption
+	Index   int           // position in the engine's node list, echoed in votes
+	Addr    string        // host:port, for logs
+	Conn    *Conn         // the node's connection; the actor closes it
 	Timeout time.Duration // per command, from reaching the actor to the answer
 	Logger  *slog.Logger
 	// Dispatcher runs the actor's mailbox; nil for protoactor's default.
 	Dispatcher actor.Dispatcher
 
 	// Health and restart quarantine (see health.go).
-	EpochKey       string        // key whose absence means the node lost its data
+	EpochKey       string        // key of the epoch marker: the run id of the process that kept its data
 	Quarantine     time.Duration // how long a node that lost its data refuses acquires; < 0: never
 	HealthInterval time.Duration // between probes while up (a fifth of it while down)
-	First          *Info         // the probe New made; nil when the node was unreachable
+	First          *Info         // Conn's first probe; nil when the node was unreachable
 }
 
 // Node is a running node actor. Send it *Acquire, *Extend and *Release.
@@ -72,7 +71,7 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 	a := &nodeActor{
 		cfg:    cfg,
 		system: system,
-		conn:   &conn{opt: cfg.Options, client: cfg.Client},
+		conn:   cfg.Conn,
 		work:   make(chan job, 1),
 		idle:   make(chan struct{}),
 	}
@@ -92,7 +91,7 @@ func (n *Node) Stop() {
 	_ = n.system.Root.StopFuture(n.PID).Wait()
 	n.actor.stopOnce.Do(func() { close(n.actor.work) })
 	<-n.actor.idle
-	n.actor.conn.close()
+	n.actor.conn.Close()
 }
 
 type op uint8
@@ -112,18 +111,23 @@ func (o op) acquires() bool { return o == opAcquire || o == opAcquireFenced }
 type entry struct {
 	op       op
 	req      *Request
-	ttl      time.Duration
+	ttl      time.Duration // for a release: how long the key may live
 	queued   time.Time
 	fenceKey string
 	token    uint64
+	// silent: a release whose Vote went out unanswered by Redis; it is
+	// sent again, first, until Redis answers or its key expired.
+	silent bool
 }
 
-// job is what the sender goroutine puts on the wire: a batch (preceded by
-// restoring the epoch key when setEpoch), or a health probe.
+// job is what the sender goroutine puts on the wire: a batch, or a health
+// probe.
 type job struct {
 	batch    []entry
-	setEpoch bool
+	epoch    string // the marker acquires require ("": none)
+	mark     string // write the epoch marker of this run id first
 	probe    bool
+	prev     Info // the probe's previous connection
 	deadline time.Time
 }
 
@@ -131,7 +135,7 @@ type nodeActor struct {
 	cfg    Config
 	system *actor.ActorSystem
 	self   *actor.PID
-	conn   *conn
+	conn   *Conn
 	queue  []entry // waiting for the job on the wire to return
 	spare  []entry // the last batch's slice, reused
 	busy   bool    // a job is on the wire
@@ -162,10 +166,18 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:
-		a.enqueue(entry{op: opRelease, req: &m.Request})
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL})
 	case *sent:
 		a.busy = false
-		a.spare = m.batch[:0]
+		switch {
+		case m.unchecked: // unsent: first in line again, after a probe
+			a.queue = append(m.batch, a.queue...)
+		case len(m.retry) > 0: // issued before anything queued now
+			a.queue = append(m.retry, a.queue...)
+			a.spare = m.batch[:0]
+		default:
+			a.spare = m.batch[:0]
+		}
 		a.batchDone(m)
 		a.flush()
 	case *probed:
@@ -194,9 +206,12 @@ func (a *nodeActor) enqueue(e entry) {
 }
 
 // flush puts the next job on the wire unless one is already there: a due
-// probe first, else what queued. Commands are answered unsent when their
-// deadline passed while queued (Timeout), while the node is down (Failed,
-// ErrNodeDown) and, for acquires, while it is quarantined.
+// probe first, else what queued, in order. Commands are answered unsent
+// when their deadline passed while queued (Timeout), while the node is
+// down (Failed, ErrNodeDown) and, for acquires, while it is quarantined.
+// A release answered unsent is still sent, silently, as soon as the node
+// answers again and while its key may live: a failed attempt's keys must
+// not outlive it.
 func (a *nodeActor) flush() {
 	if a.busy {
 		return
@@ -205,7 +220,7 @@ func (a *nodeActor) flush() {
 	if a.health.probeDue {
 		a.health.probeDue = false
 		a.busy = true
-		a.work <- job{probe: true, deadline: now.Add(a.probeTimeout())}
+		a.work <- job{probe: true, prev: a.health.checked, deadline: now.Add(a.probeTimeout())}
 		return
 	}
 	if len(a.queue) == 0 {
@@ -213,25 +228,41 @@ func (a *nodeActor) flush() {
 	}
 	quarantined := a.health.quarantined(now)
 	batch := a.spare
-	n := 0
-	for _, e := range a.queue {
+	deadline := time.Time{}
+	kept, i := 0, 0 // a.queue[:kept]: releases held back while the node is down
+	for ; i < len(a.queue); i++ {
+		e := a.queue[i]
 		switch {
-		case now.Sub(e.queued) >= a.cfg.Timeout:
-			a.reply(&e, Timeout, now, errTimeout)
+		case e.silent:
+			if now.Sub(e.queued) >= e.ttl {
+				continue // the key expired by now
+			}
 		case a.health.down:
-			a.reply(&e, Failed, now, ErrNodeDown)
+			if !a.settle(&e, Failed, now, ErrNodeDown) {
+				continue
+			}
+		case now.Sub(e.queued) >= a.cfg.Timeout:
+			if !a.settle(&e, Timeout, now, errTimeout) {
+				continue
+			}
 		case e.op.acquires() && quarantined:
 			a.reply(&e, Failed, now, ErrQuarantined)
-		default:
-			if len(batch) == maxBatch {
-				goto full
-			}
-			batch = append(batch, e)
+			continue
 		}
-		n++
+		if a.health.down {
+			a.queue[kept] = e
+			kept++
+			continue
+		}
+		if len(batch) == MaxBatch {
+			break
+		}
+		if !e.silent && deadline.IsZero() {
+			deadline = e.queued.Add(a.cfg.Timeout)
+		}
+		batch = append(batch, e)
 	}
-full:
-	rest := copy(a.queue, a.queue[n:])
+	rest := kept + copy(a.queue[kept:], a.queue[i:])
 	clear(a.queue[rest:])
 	a.queue = a.queue[:rest]
 	a.spare = nil
@@ -239,9 +270,23 @@ full:
 		a.spare = batch
 		return
 	}
+	if deadline.IsZero() {
+		deadline = now.Add(a.cfg.Timeout)
+	}
+	j := job{batch: batch, epoch: a.epoch(), deadline: deadline}
+	if a.health.epochDue(now) {
+		j.mark = a.health.checked.RunID
+	}
 	a.busy = true
-	// Never blocks: the sender is idle while not busy.
-	a.work <- job{batch: batch, setEpoch: a.health.epochDue(now), deadline: batch[0].queued.Add(a.cfg.Timeout)}
+	a.work <- j // never blocks: the sender is idle while not busy
+}
+
+// settle answers e unsent and reports whether it stays queued: a release
+// does, silently, since its key may still be on the node.
+func (a *nodeActor) settle(e *entry, o Outcome, now time.Time, err error) bool {
+	a.reply(e, o, now, err)
+	e.silent = true
+	return e.op == opRelease
 }
 
 // sender is the node's long-lived goroutine that puts jobs on the wire,
@@ -251,7 +296,7 @@ func (a *nodeActor) sender() {
 	defer close(a.idle)
 	for j := range a.work {
 		if j.probe {
-			a.probe(j.deadline)
+			a.probe(j)
 		} else {
 			a.run(j)
 		}
@@ -261,83 +306,112 @@ func (a *nodeActor) sender() {
 // run sends one batch, answers every entry of it and reports back with
 // *sent.
 func (a *nodeActor) run(j job) {
-	done := &sent{size: len(j.batch), epochSet: j.setEpoch}
+	done := &sent{size: len(j.batch)}
 	client, err := a.conn.get()
-	if err != nil {
-		now := time.Now()
-		for i := range j.batch {
-			a.reply(&j.batch[i], Failed, now, err)
-		}
-		done.failed = len(j.batch)
-	} else {
-		a.send(client, j, done)
+	if err == nil {
+		err = a.send(client, j, done)
 	}
-	clear(j.batch)
-	done.batch = j.batch[:0]
+	switch {
+	case errors.Is(err, errUnchecked):
+		done.unchecked = true
+		done.batch = j.batch
+	case err != nil:
+		a.unanswered(j.batch, time.Now(), err, done)
+		fallthrough
+	default:
+		clear(j.batch)
+		done.batch = j.batch[:0]
+	}
 	a.system.Root.Send(a.self, done)
 }
 
-func (a *nodeActor) send(client rueidis.Client, j job, done *sent) {
+// send puts one batch on the wire. It fails with errUnchecked, having sent
+// nothing, when rueidis would have had to redial.
+func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	ctx, cancel := context.WithDeadline(context.Background(), j.deadline)
 	defer cancel()
 	batch := j.batch
 	cmds := make(rueidis.Commands, 0, len(batch)+1)
-	if j.setEpoch {
-		// First on the connection, so every acquire after it sees the epoch.
-		cmds = append(cmds, client.B().Set().Key(a.cfg.EpochKey).Value("1").Nx().Build())
+	if j.mark != "" {
+		// First, so every acquire after it sees the marker.
+		cmds = append(cmds, markCmd(client, a.cfg.EpochKey, j.mark))
 	}
 	skip := len(cmds)
-	checkEpoch := a.cfg.Quarantine >= 0
 	for i := range batch {
-		cmds = append(cmds, batch[i].build(client, false, a.cfg.EpochKey, checkEpoch))
+		cmds = append(cmds, batch[i].build(client, false, a.cfg.EpochKey, j.epoch))
 	}
 	results := client.DoMulti(ctx, cmds...)
+	if err := results[0].Error(); errors.Is(err, errUnchecked) {
+		return err
+	}
 	a.stats.Batches.Add(1)
 	a.stats.Commands.Add(uint64(len(batch)))
 	if skip > 0 {
-		if err := results[0].Error(); err != nil && !rueidis.IsRedisNil(err) {
-			done.epochSet = false
-		}
+		n, _ := results[0].AsInt64()
+		done.marked = n == 1
 		results = results[skip:]
 	}
 
-	// A node restarted without persistence has forgotten the scripts:
-	// send those commands again in full, in their order.
-	var again []int
-	for i, r := range results {
-		if re, ok := rueidis.IsRedisErr(r.Error()); ok && re.IsNoScript() {
-			again = append(again, i)
-		}
-	}
-	if len(again) > 0 {
+	// A script the node's cache had lost (SCRIPT FLUSH, a restart,
+	// eviction) failed while what followed it ran: send it and everything
+	// after it again, in full, so that the commands take effect in the
+	// order they were issued. Every command is idempotent, and the answers
+	// of the second run are the ones that count.
+	if i := firstNoScript(results); i >= 0 {
 		cmds = cmds[:0]
-		for _, i := range again {
-			cmds = append(cmds, batch[i].build(client, true, a.cfg.EpochKey, checkEpoch))
+		for k := i; k < len(batch); k++ {
+			cmds = append(cmds, batch[k].build(client, true, a.cfg.EpochKey, j.epoch))
 		}
-		for k, r := range client.DoMulti(ctx, cmds...) {
-			results[again[k]] = r
-		}
+		copy(results[i:], client.DoMulti(ctx, cmds...))
 	}
 
 	now := time.Now()
 	for i, r := range results {
+		e := &batch[i]
 		n, counter, err := parseResult(r)
 		switch {
-		case err == nil && n == 1:
-			a.replyCounter(&batch[i], now, counter)
-		case err == nil && n == epochMissing:
+		case err != nil:
+			a.unanswered(batch[i:i+1], now, err, done)
+		case e.silent:
+		case n == 1:
+			a.replyCounter(e, now, counter)
+		case n == epochMissing:
 			done.lostData = true
-			a.reply(&batch[i], Failed, now, ErrQuarantined)
-		case err == nil:
-			a.reply(&batch[i], Taken, now, nil)
-		case isTimeout(err):
-			done.failed++
-			a.reply(&batch[i], Timeout, now, errTimeout)
+			a.reply(e, Failed, now, ErrQuarantined)
 		default:
-			done.failed++
-			a.reply(&batch[i], Failed, now, err)
+			a.reply(e, Taken, now, nil)
 		}
 	}
+	return nil
+}
+
+// unanswered answers entries that got no answer from Redis, and keeps their
+// releases to send again.
+func (a *nodeActor) unanswered(batch []entry, now time.Time, err error, done *sent) {
+	o := Failed
+	if isTimeout(err) {
+		o, err = Timeout, errTimeout
+	}
+	for i := range batch {
+		e := batch[i]
+		done.failed++
+		if !e.silent {
+			a.reply(&e, o, now, err)
+		}
+		if e.op == opRelease {
+			e.silent = true
+			done.retry = append(done.retry, e)
+		}
+	}
+}
+
+func firstNoScript(results []rueidis.RedisResult) int {
+	for i, r := range results {
+		if re, ok := rueidis.IsRedisErr(r.Error()); ok && re.IsNoScript() {
+			return i
+		}
+	}
+	return -1
 }
 
 // parseResult reads a script's answer: an integer, or for a fenced grant
@@ -377,7 +451,9 @@ func (a *nodeActor) reply(e *entry, o Outcome, now time.Time, err error) {
 func (a *nodeActor) failQueued(err error) {
 	now := time.Now()
 	for i := range a.queue {
-		a.reply(&a.queue[i], Failed, now, err)
+		if !a.queue[i].silent {
+			a.reply(&a.queue[i], Failed, now, err)
+		}
 	}
 	clear(a.queue)
 	a.queue = a.queue[:0]

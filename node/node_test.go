@@ -32,27 +32,28 @@ func newHarness(t *testing.T, timeout time.Duration) *harness {
 
 // newHarnessQ runs the node actor with restart quarantine q (< 0: off).
 func newHarnessQ(t *testing.T, timeout, quarantine time.Duration) *harness {
+	return newHarnessCfg(t, Config{Timeout: timeout, Quarantine: quarantine})
+}
+
+// newHarnessCfg runs the node actor with cfg over a new server.
+func newHarnessCfg(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	c := redisproc.Start(t, 1)
-	opt := rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true, ForceSingleClient: true, PipelineMultiplex: -1}
-	client, err := rueidis.NewClient(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := &harness{t: t, server: c.Nodes[0], system: actors.NewSystem(nil), votes: make(chan *Vote, 10000)}
 	h.inbox = h.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		if v, ok := ctx.Message().(*Vote); ok {
 			h.votes <- v
 		}
 	}))
-	info, err := Probe(t.Context(), client, epochKey)
+	cfg.Addr = c.Addrs()[0]
+	cfg.EpochKey = epochKey
+	cfg.Conn = NewConn(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true, ForceSingleClient: true, PipelineMultiplex: -1})
+	info, err := cfg.Conn.Probe(t.Context(), epochKey, Info{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.node = Spawn(h.system, Config{
-		Addr: c.Addrs()[0], Client: client, Options: opt, Timeout: timeout,
-		EpochKey: epochKey, Quarantine: quarantine, First: &info,
-	})
+	cfg.First = &info
+	h.node = Spawn(h.system, cfg)
 	t.Cleanup(func() {
 		h.node.Stop()
 		h.system.Shutdown()
@@ -91,9 +92,9 @@ func TestVotes(t *testing.T) {
 		{"acquire held key", &Acquire{Request: h.req("k", "other", 3), TTL: ttl}, Taken},
 		{"extend own key", &Extend{h.req("k", "me", 4), ttl}, Granted},
 		{"extend foreign key", &Extend{h.req("k", "other", 5), ttl}, Taken},
-		{"release foreign key", &Release{h.req("k", "other", 6)}, Taken},
-		{"release own key", &Release{h.req("k", "me", 7)}, Granted},
-		{"release absent key", &Release{h.req("k", "me", 8)}, Taken},
+		{"release foreign key", &Release{Request: h.req("k", "other", 6), TTL: time.Minute}, Taken},
+		{"release own key", &Release{Request: h.req("k", "me", 7), TTL: time.Minute}, Granted},
+		{"release absent key", &Release{Request: h.req("k", "me", 8), TTL: time.Minute}, Taken},
 		{"extend absent key", &Extend{h.req("k", "me", 9), ttl}, Taken},
 	}
 	for _, s := range steps {
@@ -206,7 +207,7 @@ func TestRestartedNodeForgotScripts(t *testing.T) {
 	if _, err := h.server.Do(t.Context(), "SCRIPT", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	if v := h.ask(&Release{h.req("s", "me", 2)}); v.Outcome != Granted {
+	if v := h.ask(&Release{Request: h.req("s", "me", 2), TTL: time.Minute}); v.Outcome != Granted {
 		t.Fatalf("release after SCRIPT FLUSH: %+v", v)
 	}
 	if err := h.server.Restart(); err != nil {
@@ -285,7 +286,7 @@ func TestDownNodeFailsFastAndComesBack(t *testing.T) {
 		h.ask(&Acquire{Request: h.req("d", "me", round), TTL: time.Minute})
 	}
 	start := time.Now()
-	v := h.ask(&Release{h.req("d", "me", 100)})
+	v := h.ask(&Release{Request: h.req("d", "me", 100), TTL: time.Minute})
 	if took := time.Since(start); v.Outcome != Failed || !errors.Is(v.Err, ErrNodeDown) || took > 150*time.Millisecond {
 		t.Fatalf("vote %+v after %v: want ErrNodeDown at once", v, took)
 	}

@@ -20,10 +20,13 @@ var (
 	acquireFencedLua string
 	//go:embed fence.lua
 	fenceLua string
+	//go:embed epoch.lua
+	epochLua string
 )
 
-// script is a Lua script sent by SHA, and in full when the node lost its
-// script cache (after a restart).
+// script is a Lua script sent by SHA, and in full when the node's script
+// cache lost it (a restart, SCRIPT FLUSH, or eviction on Redis ≥ 7.4);
+// probes load every script ahead of use.
 type script struct {
 	body, sha string
 }
@@ -43,8 +46,9 @@ var scripts = [...]script{
 }
 
 // build returns the EVALSHA command for e, or with full the EVAL command.
-// Acquires name the epoch key too, and require it when checkEpoch.
-func (e *entry) build(c rueidis.Client, full bool, epochKey string, checkEpoch bool) rueidis.Completed {
+// Acquires name the epoch key too, and require the marker epoch unless it
+// is "".
+func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string) rueidis.Completed {
 	s := &scripts[e.op]
 	var (
 		keys   = [3]string{e.req.Key}
@@ -55,10 +59,7 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey string, checkEpoch b
 	case opAcquire, opAcquireFenced:
 		keys[1] = epochKey
 		args[1] = strconv.FormatInt(e.ttl.Milliseconds(), 10)
-		args[2] = "0"
-		if checkEpoch {
-			args[2] = "1"
-		}
+		args[2] = epoch
 		nk, na = 2, 3
 		if e.op == opAcquireFenced {
 			keys[2] = e.fenceKey
