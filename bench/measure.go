@@ -84,24 +84,23 @@ func (a *admin) close() {
 }
 
 // flushAll empties every live node, so no run sees another's keys, and
-// then restores redlease's epoch key: no lease outlives the FLUSHALL
+// then marks them new (engine.MarkNew): no lease outlives the FLUSHALL
 // between runs (each run has a fresh client), so the nodes need no restart
 // quarantine, just as the README's fresh deployment marks its nodes. The
 // same goes for a node the degraded workload restarted empty: its process
 // is new, so redlease would otherwise keep it out of quorums for a TTL.
 func (a *admin) flushAll(ctx context.Context) error {
+	var live []string
 	for i, c := range a.clients {
 		if a.dead[i] {
 			continue
 		}
-		for _, cmd := range c.DoMulti(ctx, c.B().Flushall().Build(),
-			c.B().Set().Key(engine.DefaultKeyPrefix+"epoch").Value("1").Build()) {
-			if err := cmd.Error(); err != nil {
-				return fmt.Errorf("FLUSHALL on %s: %w", a.addrs[i], err)
-			}
+		if err := c.Do(ctx, c.B().Flushall().Build()).Error(); err != nil {
+			return fmt.Errorf("FLUSHALL on %s: %w", a.addrs[i], err)
 		}
+		live = append(live, a.addrs[i])
 	}
-	return nil
+	return engine.MarkNew(ctx, engine.Config{Nodes: live})
 }
 
 // serverCPU sums used_cpu_sys and used_cpu_user from INFO cpu over the

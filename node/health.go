@@ -116,7 +116,7 @@ func markCmd(c rueidis.Client, epochKey, runID string) rueidis.Completed {
 
 // health is what the node actor knows of its node.
 type health struct {
-	checked         Info      // the last probe: process and connection commands go to
+	checked         Info // the last probe: process and connection commands go to
 	down            bool
 	failures        int       // consecutive failed batches or probes
 	quarantineUntil time.Time // acquires refused before it
