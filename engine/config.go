@@ -13,7 +13,6 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/lease"
-	"github.com/redlease/redlease/node"
 )
 
 // Defaults for the zero fields of Config. The README compares them with
@@ -228,17 +227,11 @@ func checkAddr(addr string) error {
 // collide with a lock key, which holds braces.
 func (c *Config) epochKey() string { return c.KeyPrefix + "epoch" }
 
-// clientOption is the rueidis option for one node.
+// clientOption is the rueidis option for one node; node.NewConn sets what
+// keeps commands in order.
 func (c *Config) clientOption(addr string) rueidis.ClientOption {
 	o := c.Client
 	o.InitAddress = []string{addr}
-	o.DisableCache = true
-	o.ForceSingleClient = true
-	o.PipelineMultiplex = -1
-	o.DisableAutoPipelining = false
-	if o.BlockingPipeline <= node.MaxBatch {
-		o.BlockingPipeline = rueidis.DefaultBlockingPipeline
-	}
 	if o.ClientName == "" {
 		o.ClientName = "redlease" // so operators find our connections in CLIENT LIST
 	}

@@ -43,8 +43,19 @@ type Conn struct {
 	retryAt time.Time // no client made before this
 }
 
-// NewConn returns an unconnected Conn for opt; Probe connects it.
+// NewConn returns an unconnected Conn for opt; Probe connects it. So that
+// commands take effect in the order they were issued, NewConn makes the
+// client one connection (ForceSingleClient, PipelineMultiplex -1), keeps
+// batches on it (auto-pipelining, BlockingPipeline above MaxBatch) and
+// turns client-side caching off.
 func NewConn(opt rueidis.ClientOption) *Conn {
+	opt.DisableCache = true
+	opt.ForceSingleClient = true
+	opt.PipelineMultiplex = -1
+	opt.DisableAutoPipelining = false
+	if opt.BlockingPipeline <= MaxBatch {
+		opt.BlockingPipeline = rueidis.DefaultBlockingPipeline
+	}
 	c := &Conn{}
 	dial := opt.DialCtxFn
 	if dial == nil {

@@ -35,7 +35,9 @@ func newHarnessQ(t *testing.T, timeout, quarantine time.Duration) *harness {
 	return newHarnessCfg(t, Config{Timeout: timeout, Quarantine: quarantine})
 }
 
-// newHarnessCfg runs the node actor with cfg over a new server.
+// newHarnessCfg runs the node actor with cfg over a new server; with
+// cfg.First set (to anything), the server counts as having served
+// redlease before: it holds the epoch marker of its process.
 func newHarnessCfg(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	c := redisproc.Start(t, 1)
@@ -47,10 +49,16 @@ func newHarnessCfg(t *testing.T, cfg Config) *harness {
 	}))
 	cfg.Addr = c.Addrs()[0]
 	cfg.EpochKey = epochKey
-	cfg.Conn = NewConn(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true, ForceSingleClient: true, PipelineMultiplex: -1})
+	cfg.Conn = NewConn(rueidis.ClientOption{InitAddress: c.Addrs()})
 	info, err := cfg.Conn.Probe(t.Context(), epochKey, Info{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cfg.First != nil { // asked for a node that served redlease before
+		if ok, err := cfg.Conn.Mark(t.Context(), epochKey, info.RunID); !ok || err != nil {
+			t.Fatalf("mark: %v %v", ok, err)
+		}
+		info.Epoch = info.RunID
 	}
 	cfg.First = &info
 	h.node = Spawn(h.system, cfg)
@@ -334,4 +342,137 @@ func TestQuarantineOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.askUntil("o", Granted, 3*time.Second) // only the reconnect in the way
+}
+
+// trusted is newHarnessCfg's cue for a node that served redlease before.
+var trusted = &Info{}
+
+// A node restarted from a snapshot keeps the epoch marker of the process
+// that wrote it but may have lost later lock keys. The reconnect waits for
+// a probe, which finds a marker of another process and quarantines the
+// node from its start: the acquire that caused the reconnect is refused.
+func TestRestoredMarkerOfAnotherProcessIsQuarantined(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: time.Minute, HealthInterval: time.Hour, First: trusted})
+	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
+		t.Fatalf("trusted node: %+v", v)
+	}
+	old, err := h.server.RunID(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.server.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	// What a snapshot taken before the lock key was written brings back.
+	if err := h.server.Set(t.Context(), epochKey, old, 0); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.ask(&Acquire{Request: h.req("r", "other", 2), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+		t.Fatalf("after a restart that kept an old marker: %+v, want ErrQuarantined", v)
+	}
+	if got := time.Unix(0, h.node.Stats().QuarantineUntil.Load()); time.Until(got) < 30*time.Second {
+		t.Fatalf("quarantined until %v, want about a minute from the restart", got)
+	}
+}
+
+// The epoch marker is written only on the process it was judged for.
+func TestMarkReachesOnlyTheJudgedProcess(t *testing.T) {
+	h := newHarness(t, time.Second)
+	c := NewConn(rueidis.ClientOption{InitAddress: []string{h.server.Addr()}})
+	defer c.Close()
+	info, err := c.Probe(t.Context(), epochKey, Info{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.Mark(t.Context(), epochKey, info.RunID+"x"); ok || err != nil {
+		t.Fatalf("marked for another process: %v %v", ok, err)
+	}
+	if _, ok, _ := h.server.Get(t.Context(), epochKey); ok {
+		t.Fatal("the marker was written for another process")
+	}
+	if ok, err := c.Mark(t.Context(), epochKey, info.RunID); !ok || err != nil {
+		t.Fatalf("mark: %v %v", ok, err)
+	}
+	if v, _, _ := h.server.Get(t.Context(), epochKey); v != info.RunID {
+		t.Fatalf("marker %q, want the run id %q", v, info.RunID)
+	}
+}
+
+// A lease's cleanup release and its retry acquire share a batch while the
+// script cache holds only the acquire script: the release (NOSCRIPT) must
+// still take effect before the acquire, so the node ends up granting it.
+func TestNoScriptKeepsIssueOrder(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: 5 * time.Second, Quarantine: -1, HealthInterval: time.Hour})
+	ctx := t.Context()
+	if v := h.ask(&Acquire{Request: h.req("o", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
+		t.Fatalf("%+v", v)
+	}
+	if _, err := h.server.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.server.Do(ctx, "SCRIPT", "LOAD", acquireLua); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.server.Pause(); err != nil { // the next command stalls on the wire
+		t.Fatal(err)
+	}
+	h.system.Root.Send(h.node.PID, &Extend{Request: h.req("o", "me", 2), TTL: time.Minute})
+	time.Sleep(50 * time.Millisecond) // the idle actor puts the extend on the wire at once
+	h.system.Root.Send(h.node.PID, &Release{Request: h.req("o", "me", 3), TTL: time.Minute})
+	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("o", "me", 4), TTL: time.Minute})
+	time.Sleep(50 * time.Millisecond) // both queue behind the stalled batch
+	if err := h.server.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]Outcome{}
+	for range 3 {
+		select {
+		case v := <-h.votes:
+			got[v.Round] = v.Outcome
+		case <-time.After(10 * time.Second):
+			t.Fatalf("votes so far %v", got)
+		}
+	}
+	if got[4] != Granted {
+		t.Fatalf("votes %v: the retry acquire was not granted", got)
+	}
+	if b := h.node.Stats().Batches.Load(); b != 3 {
+		t.Fatalf("%d batches, want 3: the release and the acquire did not share one", b)
+	}
+	if v, ok, err := h.server.Get(ctx, "o"); err != nil || !ok || v != "me" {
+		t.Fatalf("key after release+acquire: %q %v %v; the node granted an acquire whose key is gone", v, ok, err)
+	}
+}
+
+// A release the node did not answer in time is sent again once it
+// answers, so a failed attempt's key does not stay for its whole TTL.
+func TestUnansweredReleaseIsSentAgain(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: 100 * time.Millisecond, Quarantine: -1, HealthInterval: 200 * time.Millisecond})
+	if v := h.ask(&Acquire{Request: h.req("u", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
+		t.Fatalf("%+v", v)
+	}
+	if err := h.server.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.ask(&Release{Request: h.req("u", "me", 2), TTL: time.Minute}); v.Outcome == Granted || v.Outcome == Taken {
+		t.Fatalf("a paused node answered: %+v", v)
+	}
+	time.Sleep(300 * time.Millisecond) // long enough to be marked down
+	if err := h.server.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		_, ok, err := h.server.Get(t.Context(), "u")
+		return err == nil && !ok
+	})
+}
+
+// waitFor polls cond for up to 10 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+	}
 }
