@@ -1,15 +1,25 @@
 // Package node runs one actor per Redis master. The node actor owns that
-// node's connection, turns the acquire, extend and release commands of every
-// lease into pipelined batches, and answers each command with exactly one
-// Vote, by the command's deadline.
+// node's connection, turns the acquire, extend, fence and release commands
+// of every lease into pipelined batches, and answers each command with
+// exactly one Vote, by the command's deadline.
 //
 // Batching is self-clocked: while one batch is on the wire, commands queue in
 // the actor; when the batch returns, everything that queued goes out in one
 // DoMulti, which rueidis writes with one syscall. Under load the batches grow
 // and the cost per command falls; when idle, a command goes out at once.
-// Commands reach Redis in the order they reached the actor, on one
-// connection, so a lease's release never overtakes its acquire.
 //
-// Receive never waits on Redis: batches run on their own goroutine and
-// report back with a message.
+// Commands take effect on a node in the order they reached its actor, so a
+// lease's release never overtakes its acquire:
+//   - one connection at a time (Conn): a batch never moves to a pooled one;
+//   - a new connection carries commands only after a probe: the probe learns
+//     which server process it reached (a restart may have lost keys) and
+//     kills the previous connection on the server, so nothing that an
+//     abandoned connection sent can run after what the new one sends;
+//   - a script missing from the server's cache fails with NOSCRIPT while the
+//     rest of its batch runs; it is sent again with everything after it,
+//     in order (every command is idempotent).
+//
+// A release that got no answer is sent again, first, once the node answers,
+// while its key may live. Receive never waits on Redis: batches and probes
+// run on the node's sender goroutine and report back with a message.
 package node
