@@ -43,7 +43,7 @@ func TestBoundedRunWithFaults(t *testing.T) {
 func TestCheckerCatchesRestartWithoutQuarantine(t *testing.T) {
 	c := redisproc.Start(t, 5)
 	for _, n := range c.Nodes { // nodes that served redlease before
-		if err := n.Set(t.Context(), engine.DefaultKeyPrefix+"epoch", "1", 0); err != nil {
+		if err := engine.MarkNew(t.Context(), engine.Config{Nodes: []string{n.Addr()}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -104,7 +104,7 @@ func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine
 		}
 	}
 	for _, n := range c.Nodes { // leave the nodes as they were
-		if err := n.Set(ctx, engine.DefaultKeyPrefix+"epoch", "1", 0); err != nil {
+		if err := engine.MarkNew(ctx, engine.Config{Nodes: []string{n.Addr()}}); err != nil {
 			t.Fatal(err)
 		}
 	}
