@@ -369,7 +369,12 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	for i, r := range results {
 		e := &batch[i]
 		n, counter, err := parseResult(r)
+		_, answered := rueidis.IsRedisErr(err)
 		switch {
+		case err != nil && answered: // an error reply: the node is up, the command did nothing
+			if !e.silent {
+				a.reply(e, Failed, now, err)
+			}
 		case err != nil:
 			a.unanswered(batch[i:i+1], now, err, done)
 		case e.silent:
