@@ -21,7 +21,7 @@ type Request struct {
 
 func (r *Request) request() *Request { return r }
 
-// Command is sealed: *Acquire, *Extend and *Release.
+// Command is sealed: *Acquire, *Fence, *Extend and *Release.
 type Command interface{ request() *Request }
 
 // Acquire asks the node to set Key to Value with TTL unless another owner

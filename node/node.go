@@ -39,7 +39,7 @@ type Config struct {
 	First          *Info         // Conn's first probe; nil when the node was unreachable
 }
 
-// Node is a running node actor. Send it *Acquire, *Extend and *Release.
+// Node is a running node actor. Send it *Acquire, *Fence, *Extend and *Release.
 type Node struct {
 	PID    *actor.PID
 	system *actor.ActorSystem
