@@ -319,7 +319,7 @@ func (e *Engine) Close() error {
 	}
 	e.mu.Unlock()
 
-	closing := &lease.Close{Err: errClosedLease}
+	closing := &lease.Close{Err: errClosedLease, Abort: ErrClosed}
 	for _, pid := range live {
 		e.system.Root.Send(pid, closing)
 	}

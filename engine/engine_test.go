@@ -565,12 +565,14 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// Close while an Acquire is retrying fails it with ErrClosed and leaves
+// Close while an Acquire is retrying fails it with ErrClosed, not with
+// ErrReleased (nothing was held, so nothing was released), and leaves
 // nothing behind.
 func TestCloseDuringAcquire(t *testing.T) {
 	c := startNodes(t, 3)
 	a := newEngine(t, c.Addrs())
-	if _, err := a.Acquire(t.Context(), "x"); err != nil {
+	held, err := a.Acquire(t.Context(), "x")
+	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := New(Config{Nodes: c.Addrs()})
@@ -582,13 +584,41 @@ func TestCloseDuringAcquire(t *testing.T) {
 		_, err := b.Acquire(t.Context(), "x")
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// Close once the attempt is under way: its lease actor runs and its
+	// first round went out.
+	for deadline := time.Now().Add(5 * time.Second); !acquiring(b); {
+		if time.Now().After(deadline) {
+			t.Fatal("the Acquire never started a round")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, ErrClosed) || !errors.Is(err, ErrNotAcquired) {
+	err = <-errc
+	if !errors.Is(err, ErrClosed) || !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("Acquire during Close = %v, want ErrNotAcquired and ErrClosed", err)
 	}
+	if errors.Is(err, ErrReleased) {
+		t.Fatalf("Acquire during Close = %v: matches ErrReleased, but nothing was held", err)
+	}
+	var ae *AcquireError
+	if !errors.As(err, &ae) || !errors.Is(ae.Cause, ErrClosed) || ae.Attempts < 1 {
+		t.Fatalf("Acquire during Close = %v, want an *AcquireError caused by ErrClosed", err)
+	}
+	if vals := values(t, c, "x"); count(vals, held.Value()) < 2 || count(vals, held.Value())+count(vals, "") != 3 {
+		t.Fatalf("keys after the contender's Close: %q; want the holder's on a majority and no other", vals)
+	}
+}
+
+// acquiring reports whether e has a lease actor that sent a round.
+func acquiring(e *Engine) bool {
+	s := e.Stats()
+	var sent uint64
+	for _, n := range s.Nodes {
+		sent += n.Commands
+	}
+	return s.Leases > 0 && sent > 0
 }
 
 func TestNewNeedsQuorumReachable(t *testing.T) {

@@ -135,7 +135,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 			a.sendAll(a.releaseCmd)
 			a.end(m.Err)
 		} else {
-			a.abort(m.Err)
+			a.abort(m.Abort)
 		}
 	case *linger:
 		a.owed = 0

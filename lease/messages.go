@@ -56,11 +56,13 @@ type Cancel struct {
 	Cause error
 }
 
-// Close tells the actor that the engine closes: give up acquiring, or
-// release the held lease and end it with Err.
+// Close tells the actor that the engine closes: release the held lease
+// and end it with Err, or give up acquiring with Abort. They differ: a
+// lease that was never held was not released.
 type Close struct {
 	actors.Late
-	Err error
+	Err   error // a held lease ends with it
+	Abort error // an acquisition in progress fails with it
 }
 
 // Timer messages, from the actor to itself; one may fire as the actor
