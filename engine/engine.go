@@ -160,7 +160,10 @@ const MaxResourceLen = 8 << 10
 // until it is held, ctx ends, or Config.RetryAttempts rounds failed. A
 // failure matches ErrNotAcquired, is an *AcquireError with each node's
 // outcome, and matches ctx's error when ctx ended it. When it fails, the
-// attempt's keys have been deleted from every node that answered.
+// attempt's keys have been deleted from every node that answered, except
+// when ctx ended: then it returns at once, without waiting for a slow or
+// stalled node, and the deletes, already handed to the node actors, go on
+// in the background (Close waits for them).
 func (e *Engine) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
 	return e.acquire(ctx, resource, e.cfg.RetryAttempts, opts)
 }
@@ -260,7 +263,7 @@ func (e *Engine) explain(votes []node.Vote, cause error) error {
 
 // Stats is a snapshot of an engine's counters.
 type Stats struct {
-	Leases        int    // lease actors running: acquiring, held, or finishing a release
+	Leases        int    // lease actors running: acquiring, held, or finishing a release or a cleanup
 	EventsDropped uint64 // events a full lease or subscription channel did not take
 	Nodes         []NodeStats
 }

@@ -13,6 +13,9 @@
 //  2. A failed round sends Release to all N nodes at once, then waits a
 //     randomized backoff (waiting) and tries again, until the attempt
 //     budget, the backoff or the caller's context says stop (failing).
+//     The Result goes out once the cleanup votes are in, except when the
+//     caller's context ended (Cancel): then at once, the cleanup being
+//     already with the node actors.
 //  3. fencing (with a FenceKey): the token is written back to the granting
 //     nodes before the lease counts as held; see Fencing tokens below.
 //  4. held: the deadline timer ends the lease at its validity deadline, on

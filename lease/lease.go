@@ -130,6 +130,13 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.onRelease(m)
 	case *Cancel:
 		a.abort(m.Cause)
+		// The caller's context ended: answer now, without waiting for
+		// the votes the actor is owed. The cleanup releases are already
+		// with the node actors, which send them and answer each exactly
+		// once; the actor stays (and Close waits for it) to collect
+		// them, but a stalled node must not hold the caller for up to
+		// the node timeout.
+		a.answerFailure()
 	case *Close:
 		if a.phase == held {
 			a.sendAll(a.releaseCmd)
@@ -399,14 +406,19 @@ func (a *leaseActor) maybeStop(ctx actor.Context) {
 	if a.owed > 0 || (a.phase != failing && a.phase != ended) {
 		return
 	}
-	if a.phase == failing && !a.replied {
-		a.reply(Result{Err: a.cause, Attempts: a.attempts, Votes: a.failedVotes})
-	}
+	a.answerFailure()
 	if a.release != nil {
 		a.answerRelease(true)
 	}
 	a.stopTimers()
 	ctx.Stop(a.self)
+}
+
+// answerFailure tells the acquirer, once, why acquiring failed.
+func (a *leaseActor) answerFailure() {
+	if a.phase == failing {
+		a.reply(Result{Err: a.cause, Attempts: a.attempts, Votes: a.failedVotes})
+	}
 }
 
 func (a *leaseActor) reply(r Result) {
