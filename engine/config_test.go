@@ -62,6 +62,8 @@ func TestConfigValidation(t *testing.T) {
 			[]string{"NodeTimeout", "got 2s"}, 1},
 		{"ConnectTimeout negative", Config{Nodes: ok, ConnectTimeout: -time.Second},
 			[]string{"ConnectTimeout", "got -1s"}, 1},
+		{"MaxHold negative", Config{Nodes: ok, MaxHold: -time.Minute},
+			[]string{"MaxHold", "got -1m0s"}, 1},
 		{"RetryAttempts negative", Config{Nodes: ok, RetryAttempts: -3},
 			[]string{"RetryAttempts", "got -3"}, 1},
 		{"two bad fields", Config{Nodes: ok, DriftFactor: 0.7, RetryAttempts: -3},
@@ -187,6 +189,36 @@ func TestConfigDefaultsKeepSetFields(t *testing.T) {
 	}
 	if _, ok := c.RetryBackOff().(*backoff.ZeroBackOff); !ok {
 		t.Errorf("withDefaults replaced RetryBackOff: got %T", c.RetryBackOff())
+	}
+}
+
+// The bound of a lease's extension: WithAutoExtend's maxHold, else
+// Config.MaxHold, else DefaultMaxHoldTTLs times the lease's TTL.
+func TestMaxHoldResolution(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     time.Duration // Config.MaxHold
+		opts    []Option
+		want    time.Duration
+		autoExt bool
+	}{
+		{"default", 0, nil, DefaultMaxHoldTTLs * DefaultTTL, false},
+		{"default follows WithTTL", 0, []Option{WithTTL(2 * time.Second)}, DefaultMaxHoldTTLs * 2 * time.Second, false},
+		{"Config.MaxHold", time.Minute, []Option{WithTTL(2 * time.Second)}, time.Minute, false},
+		{"WithAutoExtend wins", time.Minute, []Option{WithAutoExtend(5 * time.Second)}, 5 * time.Second, true},
+	}
+	for _, tt := range tests {
+		e := &Engine{cfg: Config{Nodes: []string{"127.0.0.1:1"}, MaxHold: tt.cfg}.withDefaults()}
+		o, err := e.options(tt.opts)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if o.maxHold != tt.want || o.autoExtend != tt.autoExt {
+			t.Errorf("%s: maxHold %v auto %v, want %v auto %v", tt.name, o.maxHold, o.autoExtend, tt.want, tt.autoExt)
+		}
+	}
+	if DefaultMaxHoldTTLs != 10 {
+		t.Errorf("DefaultMaxHoldTTLs = %d, want the documented 10", DefaultMaxHoldTTLs)
 	}
 }
 

@@ -195,7 +195,7 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	cfg := lease.Config{
 		Resource: resource, Key: key, Value: newValue(),
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
-		Attempts: attempts, MaxHold: o.maxHold, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
+		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
 		OnStop: e.forgetFn, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
 		Dispatcher: e.dispatch,
 	}

@@ -22,6 +22,11 @@ var (
 	// ErrLeaseLost: the lease ended before its deadline without a release
 	// by its holder.
 	ErrLeaseLost = lease.ErrLeaseLost
+	// ErrMaxHold: Lease.Extend was called after the lease's maximum hold
+	// (Config.MaxHold, or WithAutoExtend's maxHold) had passed. The lease
+	// was not extended; it is still held until Until and then expires
+	// (ErrExpired). It matches none of the errors a lease ends with.
+	ErrMaxHold = lease.ErrMaxHold
 	// ErrClosed: the engine is closed. Leases it held end with an error
 	// matching both ErrReleased and ErrClosed.
 	ErrClosed = errors.New("redlease: engine closed")

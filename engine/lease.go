@@ -101,9 +101,12 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 // compare-and-PEXPIRE on all nodes that counts only if a quorum confirms
 // before the current validity ends; Until then moves to the round's start
 // plus TTL − drift. It returns nil when extended, an *ExtendError when the
-// round failed (the lease still holds until Until), and the lease's Err
-// when it has ended, including when this round found it lost. It waits at
-// most Config.NodeTimeout, or until ctx ends (the round goes on).
+// round failed (the lease still holds until Until), ErrMaxHold once the
+// lease's maximum hold (Config.MaxHold, or WithAutoExtend's maxHold) has
+// passed since it was acquired (no round runs; the lease expires at
+// Until), and the lease's Err when it has ended, including when this round
+// found it lost. It waits at most Config.NodeTimeout, or until ctx ends
+// (the round goes on).
 func (l *Lease) Extend(ctx context.Context) error {
 	reply := make(chan lease.ExtendResult, 1)
 	r, err := ask(ctx, l, &lease.Extend{Reply: reply}, reply)

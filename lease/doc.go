@@ -20,10 +20,13 @@
 //     nodes before the lease counts as held; see Fencing tokens below.
 //  4. held: the deadline timer ends the lease at its validity deadline, on
 //     its own goroutine so a busy mailbox cannot delay it: ErrLeaseLost if
-//     it was meant to be extended (MaxHold), ErrExpired otherwise. With
-//     MaxHold, extension rounds run at a third of the TTL and, after a
+//     it was meant to be extended (AutoExtend), ErrExpired otherwise. With
+//     AutoExtend, extension rounds run at a third of the TTL and, after a
 //     failure, again soon; a quorum answering "not mine" loses the lease at
-//     once. Release ends it with ErrReleased.
+//     once. No extension round, automatic or by Extend, starts later than
+//     MaxHold after the lease was acquired (Extend then fails with
+//     ErrMaxHold); the lease expires at its deadline. Release ends it with
+//     ErrReleased.
 //  5. After the end (or the final failure) the actor waits for the votes it
 //     is still owed, bounded by the node timeout, then stops. Nothing it
 //     sent is left unanswered, so nothing is left running.

@@ -28,9 +28,13 @@ type Config struct {
 	NodeTimeout time.Duration   // bounds each round
 	Attempts    int             // acquire rounds at most (≥ 1)
 	BackOff     backoff.BackOff // wait between acquire rounds; nil: one round
-	MaxHold     time.Duration   // > 0: extend automatically until MaxHold after acquire
-	FenceKey    string          // non-empty: issue fencing tokens (see doc.go)
-	EventBuffer int             // capacity of the lease's event channel (≥ 2)
+	// MaxHold bounds extension: no round (automatic or Extend) starts
+	// later than MaxHold after the winning acquire round started; the
+	// lease then expires at its deadline. 0: no extension at all.
+	MaxHold     time.Duration
+	AutoExtend  bool   // extend at a third of the TTL until MaxHold
+	FenceKey    string // non-empty: issue fencing tokens (see doc.go)
+	EventBuffer int    // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
 	Dispatcher  actor.Dispatcher // runs the mailbox; nil for protoactor's default
 
@@ -325,7 +329,7 @@ func (a *leaseActor) armDeadline() {
 // now: a lease meant to go on is lost (failure says why); otherwise it
 // simply expired.
 func (a *leaseActor) atDeadline(failure error) error {
-	if a.cfg.MaxHold <= 0 || a.extendsOver {
+	if !a.cfg.AutoExtend || a.extendsOver {
 		return ErrExpired
 	}
 	if failure == nil {
