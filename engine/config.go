@@ -65,8 +65,15 @@ type Config struct {
 	// the epoch key is treated as restarted when its process started, so
 	// Redis that has been up longer than this is used at once. Default:
 	// MaxTTL. Negative turns the quarantine off (unsafe with nodes that
-	// run without persistence).
+	// run without persistence). A positive value below MaxTTL is refused
+	// unless UnsafeShortQuarantine is set: the node would grant again
+	// while a lease it held before its restart may still be valid.
 	RestartQuarantine time.Duration
+	// UnsafeShortQuarantine allows a RestartQuarantine below MaxTTL, for
+	// tests and for deployments that know their longest lease is shorter
+	// than MaxTTL says. It gives up guarantee 7 (a restarted node sits out
+	// until every lease it could have held has expired). Default false.
+	UnsafeShortQuarantine bool
 	// MaxHold bounds how long Lease.Extend keeps a lease that is not
 	// auto-extended: no extension starts later than MaxHold after the
 	// lease was acquired (Extend then fails with ErrMaxHold), so a lease is
@@ -195,6 +202,10 @@ func (c *Config) validate() error {
 	}
 	if c.MaxTTL < c.TTL {
 		bad("MaxTTL must be >= TTL (%v), got %v", c.TTL, c.MaxTTL)
+	}
+	if c.RestartQuarantine > 0 && c.RestartQuarantine < c.MaxTTL && !c.UnsafeShortQuarantine {
+		bad("RestartQuarantine must be >= MaxTTL (%v), got %v: a restarted node would grant while leases it held may be valid (set UnsafeShortQuarantine to allow it, or a negative value to turn the quarantine off)",
+			c.MaxTTL, c.RestartQuarantine)
 	}
 	if c.MaxHold < 0 {
 		bad("MaxHold must be >= 0 (0: %d TTLs), got %v", DefaultMaxHoldTTLs, c.MaxHold)

@@ -62,6 +62,10 @@ func TestConfigValidation(t *testing.T) {
 			[]string{"NodeTimeout", "got 2s"}, 1},
 		{"ConnectTimeout negative", Config{Nodes: ok, ConnectTimeout: -time.Second},
 			[]string{"ConnectTimeout", "got -1s"}, 1},
+		{"RestartQuarantine below MaxTTL", Config{Nodes: ok, TTL: 2 * time.Second, MaxTTL: 5 * time.Second, RestartQuarantine: 4 * time.Second},
+			[]string{"RestartQuarantine", "MaxTTL (5s)", "got 4s", "UnsafeShortQuarantine"}, 1},
+		{"RestartQuarantine below the default MaxTTL", Config{Nodes: ok, TTL: 3 * time.Second, RestartQuarantine: time.Second},
+			[]string{"RestartQuarantine", "MaxTTL (3s)", "got 1s"}, 1},
 		{"MaxHold negative", Config{Nodes: ok, MaxHold: -time.Minute},
 			[]string{"MaxHold", "got -1m0s"}, 1},
 		{"RetryAttempts negative", Config{Nodes: ok, RetryAttempts: -3},
@@ -102,6 +106,40 @@ func TestConfigValidation(t *testing.T) {
 				t.Errorf("error joins %d error(s), want %d: %q", got, tt.errs, msg)
 			}
 		})
+	}
+}
+
+// RestartQuarantine is accepted at MaxTTL or above, when negative (off),
+// at its default, and below MaxTTL only with UnsafeShortQuarantine.
+func TestRestartQuarantineValidation(t *testing.T) {
+	nodes := []string{"127.0.0.1:1"}
+	tests := []struct {
+		name       string
+		quarantine time.Duration
+		unsafe     bool
+		ok         bool
+	}{
+		{"default (MaxTTL)", 0, false, true},
+		{"equal to MaxTTL", 5 * time.Second, false, true},
+		{"above MaxTTL", time.Minute, false, true},
+		{"off", -1, false, true},
+		{"off, unsafe set", -time.Second, true, true},
+		{"below MaxTTL", 4 * time.Second, false, false},
+		{"just below MaxTTL", 5*time.Second - time.Nanosecond, false, false},
+		{"1ns", time.Nanosecond, false, false},
+		{"below MaxTTL, unsafe", 4 * time.Second, true, true},
+		{"1ns, unsafe", time.Nanosecond, true, true},
+	}
+	for _, tt := range tests {
+		c := Config{Nodes: nodes, TTL: 2 * time.Second, MaxTTL: 5 * time.Second,
+			RestartQuarantine: tt.quarantine, UnsafeShortQuarantine: tt.unsafe}.withDefaults()
+		err := c.validate()
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: validate() = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "RestartQuarantine") {
+			t.Errorf("%s: error %q does not name RestartQuarantine", tt.name, err)
+		}
 	}
 }
 
