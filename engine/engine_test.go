@@ -13,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/lease"
 )
 
 func newEngine(t *testing.T, addrs []string, tune ...func(*Config)) *Engine {
@@ -567,10 +568,13 @@ func TestCancelWithStalledNodeReturnsAtOnce(t *testing.T) {
 	}
 }
 
+// A lease ends by itself, the end margin before Until (never earlier),
+// and Until stays its validity deadline.
 func TestExpiresAtUntil(t *testing.T) {
+	const ttl = 300 * time.Millisecond
 	c := startNodes(t, 3)
 	e := newEngine(t, c.Addrs())
-	l, err := e.Acquire(t.Context(), "short", WithTTL(300*time.Millisecond))
+	l, err := e.Acquire(t.Context(), "short", WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,8 +583,12 @@ func TestExpiresAtUntil(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Done still open 5s after a 300ms lease")
 	}
-	if now := time.Now(); now.Before(l.Until()) {
-		t.Fatalf("Done closed at %v, before Until %v", now, l.Until())
+	ends := l.Until().Add(-lease.EndMargin(ttl))
+	if now := time.Now(); now.Before(ends) {
+		t.Fatalf("Done closed %v before Until, more than the %v end margin", l.Until().Sub(now), lease.EndMargin(ttl))
+	}
+	if got, want := context.Cause(l.Context()), ErrExpired; !errors.Is(got, want) {
+		t.Fatalf("Context cause = %v, want %v", got, want)
 	}
 	if !errors.Is(l.Err(), ErrExpired) {
 		t.Fatalf("Err = %v, want ErrExpired", l.Err())

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/lease"
 )
 
 // collect reads a lease's events until the channel closes.
@@ -107,8 +109,11 @@ func TestPausedMajorityLosesLeaseByDeadline(t *testing.T) {
 	})
 	<-l.Done()
 	lag := time.Since(l.Until())
-	if lag < 0 || lag > 100*time.Millisecond {
-		t.Fatalf("Done closed %v after Until, want within scheduling slack", lag)
+	// Armed lease.EndMargin before Until; never earlier. The upper bound is
+	// only scheduling slack: `go run ./bench -workload held` measures how
+	// often Done beats Until under load.
+	if margin := lease.EndMargin(time.Second); lag < -margin || lag > 100*time.Millisecond {
+		t.Fatalf("Done closed %v after Until, want from -%v (the end margin) to scheduling slack", lag, margin)
 	}
 	t.Logf("lost-signal lag: %v after the deadline", lag)
 	if !errors.Is(l.Err(), ErrLeaseLost) {

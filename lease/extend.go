@@ -74,7 +74,7 @@ func (a *leaseActor) extendVote() {
 	now := time.Now()
 	switch {
 	case a.tally.won():
-		if now.Before(a.state.Until()) && Validity(a.cfg.TTL, now.Sub(a.start), a.cfg.DriftFactor) > 0 {
+		if now.Before(a.state.Until()) && !a.tooSlow(now.Sub(a.start)) {
 			a.extended()
 		} else {
 			a.extendFailed(errTooSlow)
@@ -112,7 +112,7 @@ func (a *leaseActor) extendFailed(cause error) {
 	a.state.setAtDeadline(a.atDeadline(err))
 	a.answerWaiters(err)
 	a.emit(ExtendFailed, err)
-	if at := time.Now().Add(jitter(a.cfg.TTL / 15)); at.Before(a.state.Until()) {
+	if at := time.Now().Add(jitter(a.cfg.TTL / 15)); at.Before(a.state.ends()) {
 		a.planExtend(at)
 	}
 }

@@ -205,7 +205,7 @@ func (a *leaseActor) vote(v *node.Vote) {
 	case a.phase == acquiring || a.phase == fencing:
 		a.tally.add(v.Outcome)
 		switch {
-		case a.tally.won() && Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) <= 0:
+		case a.tally.won() && a.tooSlow(time.Since(a.start)):
 			a.roundFailed(errTooSlow)
 		case a.tally.won() && a.phase == acquiring && a.cfg.FenceKey != "":
 			a.startFence()
@@ -259,7 +259,7 @@ func (a *leaseActor) hold() {
 	a.phase = held
 	a.acquired = a.start
 	a.state.token = a.token
-	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.atDeadline(nil))
+	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL), a.atDeadline(nil))
 	a.armDeadline()
 	a.reply(Result{Attempts: a.attempts})
 	a.emit(Acquired, nil)
@@ -310,15 +310,22 @@ func (a *leaseActor) giveUp(cause error) {
 	a.startLinger()
 }
 
-// armDeadline sets the timer of the validity deadline. The timer ends the
-// lease itself, on its own goroutine, so Done closes at the deadline even
-// when this actor's mailbox is backed up; it then tells the actor, which
-// emits the terminal event and cleans up.
+// tooSlow: a round that took elapsed leaves no validity beyond the end
+// margin, so a lease it won would end at once.
+func (a *leaseActor) tooSlow(elapsed time.Duration) bool {
+	return Validity(a.cfg.TTL, elapsed, a.cfg.DriftFactor) <= EndMargin(a.cfg.TTL)
+}
+
+// armDeadline sets the timer of the lease's end, EndMargin before its
+// validity deadline so that a late timer still closes Done before Until.
+// The timer ends the lease itself, on its own goroutine, so Done closes on
+// time even when this actor's mailbox is backed up; it then tells the
+// actor, which emits the terminal event and cleans up.
 func (a *leaseActor) armDeadline() {
 	if a.expireTimer != nil {
 		a.expireTimer.Stop()
 	}
-	a.expireTimer = time.AfterFunc(time.Until(a.state.Until()), func() {
+	a.expireTimer = time.AfterFunc(time.Until(a.state.ends()), func() {
 		if a.state.expireIfDue(time.Now()) {
 			a.system.Root.Send(a.self, &expire{})
 		}
