@@ -157,9 +157,13 @@ func connect(cfg *Config) ([]rueidis.Client, []*node.Info, error) {
 const MaxResourceLen = 8 << 10
 
 // Acquire takes the lease on resource, retrying with randomized backoff
-// until it is held, ctx ends, or Config.RetryAttempts rounds failed. A
-// failure matches ErrNotAcquired, is an *AcquireError with each node's
-// outcome, and matches ctx's error when ctx ended it. When it fails, the
+// until it is held, ctx ends, or Config.RetryAttempts rounds failed. When
+// only nodes in restart quarantine kept a round from a quorum, the next
+// round waits until enough of them are back (one attempt per wait, not a
+// burst of doomed ones), or fails at once if that is after ctx's deadline.
+// A failure matches ErrNotAcquired, is an *AcquireError with each node's
+// outcome (a quarantined node's says until when it sits out), and matches
+// ctx's error when ctx ended it. When it fails, the
 // attempt's keys have been deleted from every node that answered, except
 // when ctx ended: then it returns at once, without waiting for a slow or
 // stalled node, and the deletes, already handed to the node actors, go on
@@ -201,6 +205,9 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	}
 	if attempts > 1 {
 		cfg.BackOff = o.newBackOff()
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		cfg.Deadline = dl
 	}
 	if o.fencing {
 		cfg.FenceKey = key + ":fence" // same hash tag as the lock key

@@ -28,6 +28,10 @@ type Config struct {
 	NodeTimeout time.Duration   // bounds each round
 	Attempts    int             // acquire rounds at most (≥ 1)
 	BackOff     backoff.BackOff // wait between acquire rounds; nil: one round
+	// Deadline is the caller's, if any: a round that only quarantined
+	// nodes kept from a quorum gives up at once when their quarantine
+	// outlasts it, rather than wait for nothing.
+	Deadline time.Time
 	// MaxHold bounds extension: no round (automatic or Extend) starts
 	// later than MaxHold after the winning acquire round started; the
 	// lease then expires at its deadline. 0: no extension at all.
@@ -269,11 +273,17 @@ func (a *leaseActor) hold() {
 }
 
 // roundFailed cleans up after an acquire round that did not win and
-// retries or gives up. cause is nil when the nodes simply refused.
+// retries or gives up. cause is nil when the nodes simply refused. When
+// only nodes in restart quarantine kept the round from a quorum, the next
+// round waits until enough of them are back: an earlier one cannot win.
 func (a *leaseActor) roundFailed(cause error) {
 	a.roundTimer.Stop()
 	a.failedVotes = append(a.failedVotes[:0], a.votes...)
 	a.sendAll(a.releaseCmd) // all N: a grant may be on its way from any node
+	back := quarantineEnd(a.failedVotes)
+	if !back.IsZero() && cause == nil {
+		cause = errQuarantine
+	}
 	if a.attempts >= a.cfg.Attempts || a.cfg.BackOff == nil {
 		a.giveUp(cause)
 		return
@@ -282,6 +292,15 @@ func (a *leaseActor) roundFailed(cause error) {
 	if d == backoff.Stop {
 		a.giveUp(cause)
 		return
+	}
+	if !back.IsZero() {
+		if !a.cfg.Deadline.IsZero() && !back.Before(a.cfg.Deadline) {
+			a.giveUp(errQuarantinePastDeadline)
+			return
+		}
+		// The backoff's randomized wait on top, so that the waiters for
+		// one node do not all come back at the same instant.
+		d += max(time.Until(back), 0)
 	}
 	a.phase = waiting
 	a.retryTimer = actors.After(a.system, d, a.self, &retry{})
@@ -470,13 +489,40 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	ctx.Stop(a.self)
 }
 
+// quarantineEnd: when only nodes in restart quarantine stand between a
+// failed round's votes and a quorum (the grants, the votes still out and
+// the quarantined nodes would make one), the time enough of those nodes
+// are back for it; zero otherwise.
+func quarantineEnd(votes []node.Vote) time.Time {
+	var backs []time.Time
+	refused := 0 // for any reason but quarantine
+	for _, v := range votes {
+		switch {
+		case v.Outcome == node.Failed && !v.Until.IsZero():
+			backs = append(backs, v.Until)
+		case v.Outcome != 0 && v.Outcome != node.Granted:
+			refused++
+		}
+	}
+	n := len(votes)
+	need := Quorum(n) - (n - refused - len(backs)) // quarantined nodes the quorum needs
+	if need <= 0 || need > len(backs) {
+		return time.Time{}
+	}
+	slices.SortFunc(backs, time.Time.Compare)
+	return backs[need-1]
+}
+
 var (
-	errRefused      = errors.New("redlease: a quorum of nodes refused")
-	errRoundTimeout = errors.New("redlease: no quorum within the node timeout")
-	errTooSlow      = errors.New("redlease: quorum reached after the validity ran out")
-	errNoExtension  = errors.New("redlease: no extension before the validity deadline")
-	errNotMine      = errors.New("redlease: a quorum of nodes holds another owner's key")
-	errFenceRefused = errors.New("redlease: the fencing token reached no quorum of the granting nodes")
+	errRefused    = errors.New("redlease: a quorum of nodes refused")
+	errQuarantine = errors.New("redlease: the quorum needs nodes that sit out a restart quarantine")
+	// errQuarantinePastDeadline: waiting for them would outlast the caller.
+	errQuarantinePastDeadline = errors.New("redlease: the quorum needs nodes whose restart quarantine ends after the context's deadline")
+	errRoundTimeout           = errors.New("redlease: no quorum within the node timeout")
+	errTooSlow                = errors.New("redlease: quorum reached after the validity ran out")
+	errNoExtension            = errors.New("redlease: no extension before the validity deadline")
+	errNotMine                = errors.New("redlease: a quorum of nodes holds another owner's key")
+	errFenceRefused           = errors.New("redlease: the fencing token reached no quorum of the granting nodes")
 )
 
 // jitter returns d scaled by a random factor in [0.5, 1.5).

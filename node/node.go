@@ -221,7 +221,7 @@ func (a *nodeActor) flush() {
 		case a.health.down:
 			a.reply(&e, Failed, now, ErrNodeDown)
 		case e.op.acquires() && quarantined:
-			a.reply(&e, Failed, now, ErrQuarantined)
+			a.replyQuarantined(&e, now, a.health.quarantineUntil)
 		default:
 			if len(batch) == maxBatch {
 				goto full
@@ -327,7 +327,7 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) {
 			a.replyCounter(&batch[i], now, counter)
 		case err == nil && n == epochMissing:
 			done.lostData = true
-			a.reply(&batch[i], Failed, now, ErrQuarantined)
+			a.replyQuarantined(&batch[i], now, now.Add(a.cfg.Quarantine))
 		case err == nil:
 			a.reply(&batch[i], Taken, now, nil)
 		case isTimeout(err):
@@ -371,6 +371,14 @@ func (a *nodeActor) replyCounter(e *entry, now time.Time, counter uint64) {
 func (a *nodeActor) reply(e *entry, o Outcome, now time.Time, err error) {
 	a.system.Root.Send(e.req.ReplyTo, &Vote{
 		Node: a.cfg.Index, Round: e.req.Round, Outcome: o, RTT: now.Sub(e.queued), Err: err,
+	})
+}
+
+// replyQuarantined refuses an acquire while the node sits out, saying
+// until when, so the lease can wait for it instead of retrying blindly.
+func (a *nodeActor) replyQuarantined(e *entry, now, until time.Time) {
+	a.system.Root.Send(e.req.ReplyTo, &Vote{
+		Node: a.cfg.Index, Round: e.req.Round, Outcome: Failed, RTT: now.Sub(e.queued), Err: ErrQuarantined, Until: until,
 	})
 }
 
