@@ -163,11 +163,11 @@ const MaxResourceLen = 8 << 10
 // burst of doomed ones), or fails at once if that is after ctx's deadline.
 // A failure matches ErrNotAcquired, is an *AcquireError with each node's
 // outcome (a quarantined node's says until when it sits out), and matches
-// ctx's error when ctx ended it. When it fails, the
-// attempt's keys have been deleted from every node that answered, except
-// when ctx ended: then it returns at once, without waiting for a slow or
-// stalled node, and the deletes, already handed to the node actors, go on
-// in the background (Close waits for them).
+// ctx's error when ctx ended it. When it fails, the attempt's keys have
+// been deleted from every node that answered, except when ctx ended: then
+// it returns at once, without waiting for a slow or stalled node, and the
+// deletes, already handed to the node actors, go on in the background
+// (Close waits for them).
 func (e *Engine) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
 	return e.acquire(ctx, resource, e.cfg.RetryAttempts, opts)
 }
