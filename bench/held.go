@@ -264,7 +264,8 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	res := summarizeHeld(r, len(b.addrs), &out, beforeSnap, afterSnap, progressWrites)
 	summary := fmt.Sprintf("%.0f ext/s, late p99 %s, %.0f B/lease", res.CyclesPerS, fmtMicros(*res.ExtendLateP99), *res.HeapPerLease)
 	if res.LostLagP99 != nil {
-		summary += ", lost lag p99 " + fmtMicros(*res.LostLagP99)
+		summary += fmt.Sprintf(", lost lag p99 %s p99.9 %s, Done before Until in %.2f%%",
+			fmtMicros(*res.LostLagP99), fmtMicros(*res.LostLagP999), 100**res.LostBeforeUntil)
 	}
 	b.progress.end(fmt.Sprintf("%s, %d extension failures, %d errors", summary, out.extendFailed, res.Errors))
 	if res.FirstError != "" {
@@ -275,7 +276,8 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 
 // lose pauses heldPaused nodes, a majority, so that no extension can
 // succeed, and returns, sorted, how long after its Until each live lease's
-// Context was cancelled; every lease must end with ErrLeaseLost. The nodes
+// Context was cancelled (negative: before it); every lease must end with
+// ErrLeaseLost. The nodes
 // are resumed before it returns.
 func (b *bench) lose(ctx context.Context, i int, leases []*engine.Lease, lis *heldListener, out *heldOut) ([]time.Duration, error) {
 	type ended struct {

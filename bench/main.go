@@ -97,9 +97,14 @@ Held runs get a table of their own, after the others (latencies in µs):
             p50/p99/max: consecutive Untils of a lease are round starts plus
             the same TTL − drift, so late = (Until − previous Until) − TTL/3,
             read from an Engine.Subscribe(4×N) stream
-  lost      lost-signal lag, p50/p99/max: from each lease's Until to its
-            Context being cancelled (context.AfterFunc) after the pause;
-            every lease must end with ErrLeaseLost. "-" with -nodes
+  lost      lost-signal lag, p50/p99/p99.9/max: from each lease's Until to
+            its Context being cancelled (context.AfterFunc, which adds a
+            goroutine's start to the true moment Done closed) after the
+            pause; negative when Done closed before Until, as the engine
+            arms the end a margin (TTL/50, 60ms here) before it; every
+            lease must end with ErrLeaseLost. "-" with -nodes
+  <Until %  the share of those ends seen before Until (the goal: Done no
+            later than Until, in at least 99.9% of them)
   cli CPU, srv CPU, writes  per extension, over the hold
   dropped   Engine.Stats().EventsDropped at the end of the run. The run
             empties every lease's own event channel every 250ms, as holders
@@ -110,8 +115,8 @@ Held runs get a table of their own, after the others (latencies in µs):
             releases
 In -json a held run has leases, heap_bytes_per_lease, extensions_per_s,
 extend_late_{p50,p99,max}_us, extend_failed (ExtendFailed events before the
-loss phase), events_dropped and lost_lag_{p50,p99,max}_us (omitted with
--nodes), and keeps the common fields: workers = the 64 acquiring goroutines,
+loss phase), events_dropped, lost_lag_{p50,p99,p999,max}_us and
+lost_before_until (a fraction; both omitted with -nodes), and keeps the common fields: workers = the 64 acquiring goroutines,
 resources = leases, duration_s = the hold, cycles = extensions in the hold,
 cycles_per_s = extensions_per_s, acquire_* = the N acquires, release_* = the
 final releases (0 unless -nodes: the leases were lost), *_per_cycle = per
@@ -488,6 +493,9 @@ func fmtLeft(d time.Duration) string {
 
 // fmtMicros shows a µs value with a unit that keeps it short.
 func fmtMicros(us float64) string {
+	if us < 0 { // a lost lag before the deadline
+		return "-" + fmtMicros(-us)
+	}
 	switch {
 	case us >= 1e6:
 		return trimZero(fmt.Sprintf("%.2f", us/1e6)) + "s"

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 )
@@ -61,7 +62,12 @@ type Result struct {
 	EventsDropped  *uint64  `json:"events_dropped,omitempty"`
 	LostLagP50     *float64 `json:"lost_lag_p50_us,omitempty"`
 	LostLagP99     *float64 `json:"lost_lag_p99_us,omitempty"`
+	LostLagP999    *float64 `json:"lost_lag_p999_us,omitempty"`
 	LostLagMax     *float64 `json:"lost_lag_max_us,omitempty"`
+	// LostBeforeUntil is the fraction of lost leases whose end was seen
+	// before their Until (a negative lag): the engine's promise is Done
+	// no later than Until.
+	LostBeforeUntil *float64 `json:"lost_before_until,omitempty"`
 }
 
 // summarize turns a run's samples and counters into its Result.
@@ -128,8 +134,10 @@ func summarizeHeld(r run, nodes int, h *heldOut, before, after snapshot, progres
 	res.ExtendLateP50, res.ExtendLateP99, res.ExtendLateMax = &p50, &p99, &pmax
 	res.ExtendFailed, res.EventsDropped = &failed, &dropped
 	if h.lags != nil {
-		l50, l99, lmax := quantile(h.lags, 0.50), quantile(h.lags, 0.99), quantile(h.lags, 1)
-		res.LostLagP50, res.LostLagP99, res.LostLagMax = &l50, &l99, &lmax
+		l50, l99, l999, lmax := quantile(h.lags, 0.50), quantile(h.lags, 0.99), quantile(h.lags, 0.999), quantile(h.lags, 1)
+		early := float64(beforeZero(h.lags)) / float64(max(len(h.lags), 1))
+		res.LostLagP50, res.LostLagP99, res.LostLagP999, res.LostLagMax = &l50, &l99, &l999, &lmax
+		res.LostBeforeUntil = &early
 	}
 	return res
 }
@@ -175,15 +183,21 @@ func printCompareTable(w io.Writer, results []Result) {
 // printHeldTable writes the held runs: memory, extension pace and
 // lateness, lost-signal lag, and costs per extension.
 func printHeldTable(w io.Writer, results []Result) {
-	const head = "%-8s %8s %8s %8s %8s %8s %9s %9s %9s %8s %8s %7s %7s %6s\n"
+	const head = "%-8s %8s %8s %8s %8s %8s %9s %9s %10s %9s %8s %8s %8s %7s %7s %6s\n"
 	fmt.Fprintf(w, "held (redlease only): %v TTL, auto-extended at TTL/3; latencies in µs; CPU in µs and writes (write syscalls, this process) per extension\n", heldTTL)
 	fmt.Fprintf(w, head, "leases", "heap B/l", "ext/s", "late p50", "late p99", "late max",
-		"lost p50", "lost p99", "lost max", "cli CPU", "srv CPU", "writes", "dropped", "errors")
+		"lost p50", "lost p99", "lost p99.9", "lost max", "<Until %", "cli CPU", "srv CPU", "writes", "dropped", "errors")
 	f0 := func(p *float64) string {
 		if p == nil {
 			return "-"
 		}
 		return fmt.Sprintf("%.0f", *p)
+	}
+	pct := func(p *float64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", 100**p)
 	}
 	for _, r := range results {
 		leases, dropped := "-", "-"
@@ -195,7 +209,7 @@ func printHeldTable(w io.Writer, results []Result) {
 		}
 		fmt.Fprintf(w, head, leases, f0(r.HeapPerLease), f0(r.ExtensionsPerS),
 			f0(r.ExtendLateP50), f0(r.ExtendLateP99), f0(r.ExtendLateMax),
-			f0(r.LostLagP50), f0(r.LostLagP99), f0(r.LostLagMax),
+			f0(r.LostLagP50), f0(r.LostLagP99), f0(r.LostLagP999), f0(r.LostLagMax), pct(r.LostBeforeUntil),
 			fmt.Sprintf("%.1f", r.ClientCPU), fmt.Sprintf("%.1f", r.ServerCPU), fmt.Sprintf("%.2f", r.WriteSyscalls),
 			dropped, fmt.Sprint(r.Errors))
 	}
@@ -290,4 +304,10 @@ func writeJSON(path string, results []Result) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// beforeZero counts the negative durations in sorted.
+func beforeZero(sorted []time.Duration) int {
+	n, _ := slices.BinarySearch(sorted, 0)
+	return n
 }

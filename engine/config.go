@@ -30,6 +30,17 @@ const (
 	// schedule: exponential, doubling, each wait randomized by ±50%.
 	DefaultRetryInitial = 2 * time.Millisecond
 	DefaultRetryMax     = 250 * time.Millisecond
+	// DefaultMaxHoldTTLs bounds Lease.Extend when Config.MaxHold is zero:
+	// a lease is extended for at most this many of its own TTLs after it
+	// was acquired. The Redlock specification bounds extension so that a
+	// holder stuck in a loop of extensions cannot keep a resource from
+	// everyone else forever. A multiple of the TTL keeps the bound in
+	// proportion to what the caller declared a lease needs: ten times
+	// that gives a job that overruns room to finish (100s at the default
+	// 10s TTL), while a runaway holder blocks others for ten TTLs at most.
+	// Work that legitimately runs longer says so with Config.MaxHold or
+	// WithAutoExtend(maxHold).
+	DefaultMaxHoldTTLs = 10
 )
 
 // Config configures an Engine. The zero value of every field but Nodes
@@ -54,8 +65,22 @@ type Config struct {
 	// the epoch key is treated as restarted when its process started, so
 	// Redis that has been up longer than this is used at once. Default:
 	// MaxTTL. Negative turns the quarantine off (unsafe with nodes that
-	// run without persistence).
+	// run without persistence). A positive value below MaxTTL is refused
+	// unless UnsafeShortQuarantine is set: the node would grant again
+	// while a lease it held before its restart may still be valid.
 	RestartQuarantine time.Duration
+	// UnsafeShortQuarantine allows a RestartQuarantine below MaxTTL, for
+	// tests and for deployments that know their longest lease is shorter
+	// than MaxTTL says. It gives up guarantee 7 (a restarted node sits out
+	// until every lease it could have held has expired). Default false.
+	UnsafeShortQuarantine bool
+	// MaxHold bounds how long Lease.Extend keeps a lease that is not
+	// auto-extended: no extension starts later than MaxHold after the
+	// lease was acquired (Extend then fails with ErrMaxHold), so a lease is
+	// held at most MaxHold plus one TTL. WithAutoExtend(maxHold) sets the
+	// bound of its lease instead. Default: DefaultMaxHoldTTLs (10) times
+	// the lease's TTL. Must not be negative: there are no unbounded leases.
+	MaxHold time.Duration
 	// HealthInterval is the time between health probes of each node (a
 	// fifth of it for a node that is down). Default 1s.
 	HealthInterval time.Duration
@@ -181,6 +206,13 @@ func (c *Config) validate() error {
 	}
 	if c.MaxTTL < c.TTL {
 		bad("MaxTTL must be >= TTL (%v), got %v", c.TTL, c.MaxTTL)
+	}
+	if c.RestartQuarantine > 0 && c.RestartQuarantine < c.MaxTTL && !c.UnsafeShortQuarantine {
+		bad("RestartQuarantine must be >= MaxTTL (%v), got %v: a restarted node would grant while leases it held may be valid (set UnsafeShortQuarantine to allow it, or a negative value to turn the quarantine off)",
+			c.MaxTTL, c.RestartQuarantine)
+	}
+	if c.MaxHold < 0 {
+		bad("MaxHold must be >= 0 (0: %d TTLs), got %v", DefaultMaxHoldTTLs, c.MaxHold)
 	}
 	if c.HealthInterval < 0 {
 		bad("HealthInterval must be > 0, got %v", c.HealthInterval)

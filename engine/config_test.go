@@ -62,6 +62,12 @@ func TestConfigValidation(t *testing.T) {
 			[]string{"NodeTimeout", "got 2s"}, 1},
 		{"ConnectTimeout negative", Config{Nodes: ok, ConnectTimeout: -time.Second},
 			[]string{"ConnectTimeout", "got -1s"}, 1},
+		{"RestartQuarantine below MaxTTL", Config{Nodes: ok, TTL: 2 * time.Second, MaxTTL: 5 * time.Second, RestartQuarantine: 4 * time.Second},
+			[]string{"RestartQuarantine", "MaxTTL (5s)", "got 4s", "UnsafeShortQuarantine"}, 1},
+		{"RestartQuarantine below the default MaxTTL", Config{Nodes: ok, TTL: 3 * time.Second, RestartQuarantine: time.Second},
+			[]string{"RestartQuarantine", "MaxTTL (3s)", "got 1s"}, 1},
+		{"MaxHold negative", Config{Nodes: ok, MaxHold: -time.Minute},
+			[]string{"MaxHold", "got -1m0s"}, 1},
 		{"RetryAttempts negative", Config{Nodes: ok, RetryAttempts: -3},
 			[]string{"RetryAttempts", "got -3"}, 1},
 		{"two bad fields", Config{Nodes: ok, DriftFactor: 0.7, RetryAttempts: -3},
@@ -100,6 +106,40 @@ func TestConfigValidation(t *testing.T) {
 				t.Errorf("error joins %d error(s), want %d: %q", got, tt.errs, msg)
 			}
 		})
+	}
+}
+
+// RestartQuarantine is accepted at MaxTTL or above, when negative (off),
+// at its default, and below MaxTTL only with UnsafeShortQuarantine.
+func TestRestartQuarantineValidation(t *testing.T) {
+	nodes := []string{"127.0.0.1:1"}
+	tests := []struct {
+		name       string
+		quarantine time.Duration
+		unsafe     bool
+		ok         bool
+	}{
+		{"default (MaxTTL)", 0, false, true},
+		{"equal to MaxTTL", 5 * time.Second, false, true},
+		{"above MaxTTL", time.Minute, false, true},
+		{"off", -1, false, true},
+		{"off, unsafe set", -time.Second, true, true},
+		{"below MaxTTL", 4 * time.Second, false, false},
+		{"just below MaxTTL", 5*time.Second - time.Nanosecond, false, false},
+		{"1ns", time.Nanosecond, false, false},
+		{"below MaxTTL, unsafe", 4 * time.Second, true, true},
+		{"1ns, unsafe", time.Nanosecond, true, true},
+	}
+	for _, tt := range tests {
+		c := Config{Nodes: nodes, TTL: 2 * time.Second, MaxTTL: 5 * time.Second,
+			RestartQuarantine: tt.quarantine, UnsafeShortQuarantine: tt.unsafe}.withDefaults()
+		err := c.validate()
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: validate() = %v, want ok=%v", tt.name, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "RestartQuarantine") {
+			t.Errorf("%s: error %q does not name RestartQuarantine", tt.name, err)
+		}
 	}
 }
 
@@ -187,6 +227,36 @@ func TestConfigDefaultsKeepSetFields(t *testing.T) {
 	}
 	if _, ok := c.RetryBackOff().(*backoff.ZeroBackOff); !ok {
 		t.Errorf("withDefaults replaced RetryBackOff: got %T", c.RetryBackOff())
+	}
+}
+
+// The bound of a lease's extension: WithAutoExtend's maxHold, else
+// Config.MaxHold, else DefaultMaxHoldTTLs times the lease's TTL.
+func TestMaxHoldResolution(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     time.Duration // Config.MaxHold
+		opts    []Option
+		want    time.Duration
+		autoExt bool
+	}{
+		{"default", 0, nil, DefaultMaxHoldTTLs * DefaultTTL, false},
+		{"default follows WithTTL", 0, []Option{WithTTL(2 * time.Second)}, DefaultMaxHoldTTLs * 2 * time.Second, false},
+		{"Config.MaxHold", time.Minute, []Option{WithTTL(2 * time.Second)}, time.Minute, false},
+		{"WithAutoExtend wins", time.Minute, []Option{WithAutoExtend(5 * time.Second)}, 5 * time.Second, true},
+	}
+	for _, tt := range tests {
+		e := &Engine{cfg: Config{Nodes: []string{"127.0.0.1:1"}, MaxHold: tt.cfg}.withDefaults()}
+		o, err := e.options(tt.opts)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if o.maxHold != tt.want || o.autoExtend != tt.autoExt {
+			t.Errorf("%s: maxHold %v auto %v, want %v auto %v", tt.name, o.maxHold, o.autoExtend, tt.want, tt.autoExt)
+		}
+	}
+	if DefaultMaxHoldTTLs != 10 {
+		t.Errorf("DefaultMaxHoldTTLs = %d, want the documented 10", DefaultMaxHoldTTLs)
 	}
 }
 

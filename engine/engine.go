@@ -187,10 +187,17 @@ func MarkNew(ctx context.Context, cfg Config) error {
 const MaxResourceLen = 8 << 10
 
 // Acquire takes the lease on resource, retrying with randomized backoff
-// until it is held, ctx ends, or Config.RetryAttempts rounds failed. A
-// failure matches ErrNotAcquired, is an *AcquireError with each node's
-// outcome, and matches ctx's error when ctx ended it. When it fails, the
-// attempt's keys have been deleted from every node that answered.
+// until it is held, ctx ends, or Config.RetryAttempts rounds failed. When
+// only nodes in restart quarantine kept a round from a quorum, the next
+// round waits until enough of them are back (one attempt per wait, not a
+// burst of doomed ones), or fails at once if that is after ctx's deadline.
+// A failure matches ErrNotAcquired, is an *AcquireError with each node's
+// outcome (a quarantined node's says until when it sits out), and matches
+// ctx's error when ctx ended it. When it fails, the attempt's keys have
+// been deleted from every node that answered, except when ctx ended: then
+// it returns at once, without waiting for a slow or stalled node, and the
+// deletes, already handed to the node actors, go on in the background
+// (Close waits for them).
 func (e *Engine) Acquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
 	return e.acquire(ctx, resource, e.cfg.RetryAttempts, opts)
 }
@@ -222,12 +229,15 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	cfg := lease.Config{
 		Resource: resource, Key: key, Value: newValue(),
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
-		Attempts: attempts, MaxHold: o.maxHold, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
+		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
 		OnStop: e.forgetFn, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
 		Dispatcher: e.dispatch,
 	}
 	if attempts > 1 {
 		cfg.BackOff = o.newBackOff()
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		cfg.Deadline = dl
 	}
 	if o.fencing {
 		cfg.FenceKey = key + ":fence" // same hash tag as the lock key
@@ -290,7 +300,7 @@ func (e *Engine) explain(votes []node.Vote, cause error) error {
 
 // Stats is a snapshot of an engine's counters.
 type Stats struct {
-	Leases        int    // lease actors running: acquiring, held, or finishing a release
+	Leases        int    // lease actors running: acquiring, held, or finishing a release or a cleanup
 	EventsDropped uint64 // events a full lease or subscription channel did not take
 	Nodes         []NodeStats
 }
@@ -349,7 +359,7 @@ func (e *Engine) Close() error {
 	}
 	e.mu.Unlock()
 
-	closing := &lease.Close{Err: errClosedLease}
+	closing := &lease.Close{Err: errClosedLease, Abort: ErrClosed}
 	for _, pid := range live {
 		e.system.Root.Send(pid, closing)
 	}

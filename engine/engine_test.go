@@ -13,6 +13,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/lease"
 )
 
 func newEngine(t *testing.T, addrs []string, tune ...func(*Config)) *Engine {
@@ -301,6 +302,34 @@ func waitGone(t *testing.T, c *redisproc.Cluster, resource string) {
 	}
 }
 
+// waitFor polls cond until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", limit, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// keysOn counts the nodes among idx that hold the resource's key; it asks
+// only those, so the others may be paused.
+func keysOn(t *testing.T, c *redisproc.Cluster, resource string, idx ...int) int {
+	t.Helper()
+	n := 0
+	for _, i := range idx {
+		v, _, err := c.Nodes[i].Get(t.Context(), lockKey(resource))
+		if err != nil {
+			t.Fatalf("GET on node %d: %v", i, err)
+		}
+		if v != "" {
+			n++
+		}
+	}
+	return n
+}
+
 // waitAllUp waits until every node holds a probe lease again (after a
 // restart, the first command on the broken connection may fail).
 func waitAllUp(t *testing.T, e *Engine, c *redisproc.Cluster) {
@@ -458,9 +487,14 @@ func TestCancelMidRetry(t *testing.T) {
 		t.Fatalf("Acquire returned after %v, want soon after the cancel at 150ms", took)
 	}
 	// The holder's key stays on its quorum, and nothing of the contender's
-	// is left (a node may have granted the contender before the holder).
-	if vals := values(t, c, "busy"); count(vals, held.Value()) < 3 || count(vals, held.Value())+count(vals, "") != 5 {
-		t.Fatalf("keys after the cancelled contender: %q", vals)
+	// is left (a node may have granted the contender before the holder)
+	// once its cleanup, sent before Acquire returned, has run.
+	waitFor(t, 5*time.Second, "a key of the cancelled contender is left", func() bool {
+		vals := values(t, c, "busy")
+		return count(vals, held.Value())+count(vals, "") == 5
+	})
+	if vals := values(t, c, "busy"); count(vals, held.Value()) < 3 {
+		t.Fatalf("keys after the cancelled contender: %q; want the holder's on a majority", vals)
 	}
 
 	ctx, cancel = context.WithTimeout(t.Context(), 100*time.Millisecond)
@@ -471,10 +505,76 @@ func TestCancelMidRetry(t *testing.T) {
 	}
 }
 
+// An Acquire whose context ends while a stalled node still owes the
+// round its answer returns at once; the cleanup goes on behind it and
+// deletes the attempt's keys from the nodes that answer. Nodes 0 and 1
+// are paused so that the round stays undecided (two grants, one refusal)
+// for the whole 1s node timeout.
+func TestCancelWithStalledNodeReturnsAtOnce(t *testing.T) {
+	const nodeTimeout = time.Second
+	// Far below the node timeout that the old wait took, far above what
+	// a noisy machine adds to an actor's answer.
+	const prompt = nodeTimeout / 5
+	c := startNodes(t, 5)
+	e := newEngine(t, c.Addrs(), func(cfg *Config) { cfg.NodeTimeout = nodeTimeout })
+	if err := c.Nodes[4].Set(t.Context(), lockKey("stalled"), "someone-else", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1} {
+		if err := c.Nodes[i].Pause(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range c.Nodes {
+			_ = n.Resume()
+		}
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errc := make(chan error, 1)
+	returned := make(chan time.Time, 1)
+	go func() {
+		_, err := e.Acquire(ctx, "stalled")
+		returned <- time.Now()
+		errc <- err
+	}()
+	// Mid-round: nodes 2 and 3 granted, nodes 0 and 1 owe their votes.
+	healthy := []int{2, 3}
+	waitFor(t, 5*time.Second, "the healthy nodes never granted the attempt", func() bool {
+		return keysOn(t, c, "stalled", healthy...) == len(healthy)
+	})
+	cancelled := time.Now()
+	cancel()
+	var err error
+	select {
+	case at := <-returned:
+		err = <-errc
+		if took := at.Sub(cancelled); took > prompt {
+			t.Fatalf("Acquire returned %v after its context ended, want within %v (node timeout %v)", took, prompt, nodeTimeout)
+		}
+	case <-time.After(5 * nodeTimeout):
+		t.Fatal("Acquire still running long after its context ended")
+	}
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Acquire = %v, want ErrNotAcquired and context.Canceled", err)
+	}
+	// The cleanup, sent before Acquire returned, reaches the healthy nodes.
+	waitFor(t, 5*time.Second, "the attempt's key is still on a healthy node", func() bool {
+		return keysOn(t, c, "stalled", healthy...) == 0
+	})
+	if v, _, err := c.Nodes[4].Get(t.Context(), lockKey("stalled")); err != nil || v != "someone-else" {
+		t.Fatalf("the other owner's key became %q, %v", v, err)
+	}
+}
+
+// A lease ends by itself, the end margin before Until (never earlier),
+// and Until stays its validity deadline.
 func TestExpiresAtUntil(t *testing.T) {
+	const ttl = 300 * time.Millisecond
 	c := startNodes(t, 3)
 	e := newEngine(t, c.Addrs())
-	l, err := e.Acquire(t.Context(), "short", WithTTL(300*time.Millisecond))
+	l, err := e.Acquire(t.Context(), "short", WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,8 +583,12 @@ func TestExpiresAtUntil(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Done still open 5s after a 300ms lease")
 	}
-	if now := time.Now(); now.Before(l.Until()) {
-		t.Fatalf("Done closed at %v, before Until %v", now, l.Until())
+	ends := l.Until().Add(-lease.EndMargin(ttl))
+	if now := time.Now(); now.Before(ends) {
+		t.Fatalf("Done closed %v before Until, more than the %v end margin", l.Until().Sub(now), lease.EndMargin(ttl))
+	}
+	if got, want := context.Cause(l.Context()), ErrExpired; !errors.Is(got, want) {
+		t.Fatalf("Context cause = %v, want %v", got, want)
 	}
 	if !errors.Is(l.Err(), ErrExpired) {
 		t.Fatalf("Err = %v, want ErrExpired", l.Err())
@@ -565,12 +669,14 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// Close while an Acquire is retrying fails it with ErrClosed and leaves
+// Close while an Acquire is retrying fails it with ErrClosed, not with
+// ErrReleased (nothing was held, so nothing was released), and leaves
 // nothing behind.
 func TestCloseDuringAcquire(t *testing.T) {
 	c := startNodes(t, 3)
 	a := newEngine(t, c.Addrs())
-	if _, err := a.Acquire(t.Context(), "x"); err != nil {
+	held, err := a.Acquire(t.Context(), "x")
+	if err != nil {
 		t.Fatal(err)
 	}
 	b, err := New(Config{Nodes: c.Addrs()})
@@ -582,13 +688,36 @@ func TestCloseDuringAcquire(t *testing.T) {
 		_, err := b.Acquire(t.Context(), "x")
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// Close once the attempt is under way: its lease actor runs and its
+	// first round went out.
+	waitFor(t, 5*time.Second, "the Acquire never started a round", func() bool { return acquiring(b) })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-errc; !errors.Is(err, ErrClosed) || !errors.Is(err, ErrNotAcquired) {
+	err = <-errc
+	if !errors.Is(err, ErrClosed) || !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("Acquire during Close = %v, want ErrNotAcquired and ErrClosed", err)
 	}
+	if errors.Is(err, ErrReleased) {
+		t.Fatalf("Acquire during Close = %v: matches ErrReleased, but nothing was held", err)
+	}
+	var ae *AcquireError
+	if !errors.As(err, &ae) || !errors.Is(ae.Cause, ErrClosed) || ae.Attempts < 1 {
+		t.Fatalf("Acquire during Close = %v, want an *AcquireError caused by ErrClosed", err)
+	}
+	if vals := values(t, c, "x"); count(vals, held.Value()) < 2 || count(vals, held.Value())+count(vals, "") != 3 {
+		t.Fatalf("keys after the contender's Close: %q; want the holder's on a majority and no other", vals)
+	}
+}
+
+// acquiring reports whether e has a lease actor that sent a round.
+func acquiring(e *Engine) bool {
+	s := e.Stats()
+	var sent uint64
+	for _, n := range s.Nodes {
+		sent += n.Commands
+	}
+	return s.Leases > 0 && sent > 0
 }
 
 func TestNewNeedsQuorumReachable(t *testing.T) {

@@ -22,6 +22,14 @@ var (
 	// ErrLeaseLost: the lease ended before its deadline without a release
 	// by its holder.
 	ErrLeaseLost = lease.ErrLeaseLost
+	// ErrMaxHold: Lease.Extend was called after the lease's maximum hold
+	// (Config.MaxHold, or WithAutoExtend's maxHold) had passed. The lease
+	// was not extended; it is still held until Until and then expires
+	// (ErrExpired). It matches none of the errors a lease ends with.
+	ErrMaxHold = lease.ErrMaxHold
+	// ErrQuarantined: a node's answer (NodeOutcome.Err) while it sits out
+	// a restart quarantine; NodeOutcome.QuarantinedUntil says until when.
+	ErrQuarantined = node.ErrQuarantined
 	// ErrClosed: the engine is closed. Leases it held end with an error
 	// matching both ErrReleased and ErrClosed.
 	ErrClosed = errors.New("redlease: engine closed")
@@ -44,6 +52,9 @@ type NodeOutcome struct {
 	Outcome Outcome
 	RTT     time.Duration // zero when the node did not answer
 	Err     error         // for Timeout and Failed
+	// QuarantinedUntil: when a node that refused with ErrQuarantined ends
+	// its restart quarantine; zero otherwise.
+	QuarantinedUntil time.Time
 }
 
 // AcquireError is the error of a failed Acquire or TryAcquire. It matches
@@ -102,7 +113,11 @@ func outcomes(nodes []NodeOutcome) string {
 		}
 		fmt.Fprintf(&b, "%s: %v", n.Addr, n.Outcome)
 		if n.Err != nil {
-			fmt.Fprintf(&b, " (%v)", n.Err)
+			fmt.Fprintf(&b, " (%v", n.Err)
+			if !n.QuarantinedUntil.IsZero() {
+				fmt.Fprintf(&b, " until %s", n.QuarantinedUntil.Format(untilLayout))
+			}
+			b.WriteString(")")
 		}
 	}
 	return b.String()
@@ -116,10 +131,14 @@ func (e *Engine) nodeOutcomes(votes []node.Vote) []NodeOutcome {
 		out[i] = NodeOutcome{Addr: addr, Outcome: Timeout, Err: errNoAnswer}
 		if i < len(votes) && votes[i].Outcome != 0 {
 			v := votes[i]
-			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err}
+			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err, QuarantinedUntil: v.Until}
 		}
 	}
 	return out
 }
 
 var errNoAnswer = errors.New("no answer before the round ended")
+
+// untilLayout shows a quarantine's end in error texts: local wall-clock
+// time to the millisecond (quarantines last about a TTL, so no date).
+const untilLayout = "15:04:05.000"

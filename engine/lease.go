@@ -41,8 +41,12 @@ func (l *Lease) Token() uint64 { return l.state.Token() }
 // wall-clock jumps on this host.
 func (l *Lease) Until() time.Time { return l.state.Until() }
 
-// Done is closed when the lease ends, for any reason: released, expired at
-// Until, or the engine closed. The lease actor closes it, exactly once.
+// Done is closed when the lease ends, for any reason: released, lost, the
+// engine closed, or at its deadline. A lease that reaches its deadline
+// ends a small margin before Until (a fiftieth of its TTL, at least 2ms
+// and at most 100ms; lease.EndMargin), so that Done closes before Until
+// even when the timer fires late on a loaded machine; Until remains the
+// validity deadline. The lease actor closes it, exactly once.
 func (l *Lease) Done() <-chan struct{} { return l.state.Done() }
 
 // Err is nil while the lease is held; after Done closed it says why it
@@ -101,9 +105,12 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 // compare-and-PEXPIRE on all nodes that counts only if a quorum confirms
 // before the current validity ends; Until then moves to the round's start
 // plus TTL − drift. It returns nil when extended, an *ExtendError when the
-// round failed (the lease still holds until Until), and the lease's Err
-// when it has ended, including when this round found it lost. It waits at
-// most Config.NodeTimeout, or until ctx ends (the round goes on).
+// round failed (the lease still holds until Until), ErrMaxHold once the
+// lease's maximum hold (Config.MaxHold, or WithAutoExtend's maxHold) has
+// passed since it was acquired (no round runs; the lease expires at
+// Until), and the lease's Err when it has ended, including when this round
+// found it lost. It waits at most Config.NodeTimeout, or until ctx ends
+// (the round goes on).
 func (l *Lease) Extend(ctx context.Context) error {
 	reply := make(chan lease.ExtendResult, 1)
 	r, err := ask(ctx, l, &lease.Extend{Reply: reply}, reply)
@@ -124,7 +131,7 @@ func (l *Lease) Events() <-chan Event { return l.state.Events() }
 // Context returns a context that is cancelled when the lease ends, with
 // context.Cause saying why (ErrReleased, ErrExpired, ErrLeaseLost, ...).
 // Pass it to the work the lease protects: the lease ends, and the context
-// is cancelled, at Until at the latest.
+// is cancelled, before Until (see Done).
 func (l *Lease) Context() context.Context {
 	l.ctxOnce.Do(func() {
 		ctx, cancel := context.WithCancelCause(context.Background())

@@ -15,7 +15,7 @@ type options struct {
 	ttl        time.Duration
 	newBackOff func() backoff.BackOff
 	autoExtend bool
-	maxHold    time.Duration
+	maxHold    time.Duration // resolved: WithAutoExtend's, else Config.MaxHold, else DefaultMaxHoldTTLs·ttl
 	fencing    bool
 }
 
@@ -30,8 +30,9 @@ func WithTTL(d time.Duration) Option {
 // at a third of the TTL, and again soon after a failed round, until maxHold
 // has passed since it was acquired; the lease then expires at its deadline
 // (Expired). An extension that no quorum confirms by the validity deadline
-// ends the lease as Lost, at the deadline at the latest. maxHold must be
-// positive: there are no unbounded leases.
+// ends the lease as Lost, at the deadline at the latest. maxHold also
+// bounds Lease.Extend on this lease, instead of Config.MaxHold. maxHold
+// must be positive: there are no unbounded leases.
 func WithAutoExtend(maxHold time.Duration) Option {
 	return func(o *options) { o.autoExtend, o.maxHold = true, maxHold }
 }
@@ -69,6 +70,12 @@ func (e *Engine) options(opts []Option) (options, error) {
 	}
 	if o.autoExtend && o.maxHold <= 0 {
 		return o, fmt.Errorf("redlease: WithAutoExtend maxHold must be > 0, got %v", o.maxHold)
+	}
+	if !o.autoExtend {
+		o.maxHold = e.cfg.MaxHold
+		if o.maxHold == 0 {
+			o.maxHold = DefaultMaxHoldTTLs * o.ttl
+		}
 	}
 	if o.newBackOff == nil {
 		return o, errors.New("redlease: WithRetry needs a BackOff factory, got nil")

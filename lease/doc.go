@@ -13,14 +13,21 @@
 //  2. A failed round sends Release to all N nodes at once, then waits a
 //     randomized backoff (waiting) and tries again, until the attempt
 //     budget, the backoff or the caller's context says stop (failing).
+//     The Result goes out once the cleanup votes are in, except when the
+//     caller's context ended (Cancel): then at once, the cleanup being
+//     already with the node actors.
 //  3. fencing (with a FenceKey): the token is written back to the granting
 //     nodes before the lease counts as held; see Fencing tokens below.
-//  4. held: the deadline timer ends the lease at its validity deadline, on
-//     its own goroutine so a busy mailbox cannot delay it: ErrLeaseLost if
-//     it was meant to be extended (MaxHold), ErrExpired otherwise. With
-//     MaxHold, extension rounds run at a third of the TTL and, after a
-//     failure, again soon; a quorum answering "not mine" loses the lease at
-//     once. Release ends it with ErrReleased.
+//  4. held: the deadline timer ends the lease EndMargin before its validity
+//     deadline (so Done closes before Until though the timer fires late
+//     under load), on its own goroutine so a busy mailbox cannot delay it:
+//     ErrLeaseLost if it was meant to be extended (AutoExtend), ErrExpired
+//     otherwise. With AutoExtend, extension rounds run at a third of the
+//     TTL and, after a failure, again soon; a quorum answering "not mine"
+//     loses the lease at once. No extension round, automatic or by Extend,
+//     starts later than MaxHold after the lease was acquired (Extend then
+//     fails with ErrMaxHold); the lease expires at its deadline. Release
+//     ends it with ErrReleased.
 //  5. After the end (or the final failure) the actor waits for the votes it
 //     is still owed, bounded by the node timeout, then stops. Nothing it
 //     sent is left unanswered, so nothing is left running.

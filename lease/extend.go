@@ -11,18 +11,30 @@ import (
 // lease is not auto-extended or MaxHold has passed by then: the lease then
 // runs to its deadline and expires.
 func (a *leaseActor) planExtend(at time.Time) {
-	if a.cfg.MaxHold <= 0 {
+	if !a.cfg.AutoExtend {
 		return
 	}
-	if !at.Before(a.acquired.Add(a.cfg.MaxHold)) {
-		a.extendsOver = true
-		a.state.setAtDeadline(ErrExpired)
+	if !at.Before(a.holdEnds()) {
+		a.holdOver()
 		return
 	}
 	if a.extendTimer != nil {
 		a.extendTimer.Stop()
 	}
 	a.extendTimer = actors.After(a.system, time.Until(at), a.self, &extendTick{})
+}
+
+// holdEnds is when MaxHold has passed: no extension round starts after it.
+func (a *leaseActor) holdEnds() time.Time { return a.acquired.Add(a.cfg.MaxHold) }
+
+// holdOver stops extending: the lease runs to its deadline and expires
+// there (ErrExpired, not lost: it ends as bounded, not by a failure).
+func (a *leaseActor) holdOver() {
+	a.extendsOver = true
+	a.state.setAtDeadline(ErrExpired)
+	if a.extendTimer != nil {
+		a.extendTimer.Stop()
+	}
 }
 
 func (a *leaseActor) startExtend() {
@@ -33,10 +45,17 @@ func (a *leaseActor) startExtend() {
 	a.roundTimer = actors.After(a.system, a.cfg.NodeTimeout, a.self, &roundTimeout{round: a.round})
 }
 
-// onExtend runs a manual extension, or joins the round in flight.
+// onExtend runs a manual extension, or joins the round in flight. Past
+// MaxHold no round starts: Extend fails with ErrMaxHold and the lease
+// runs to its deadline.
 func (a *leaseActor) onExtend(m *Extend) {
 	if a.phase != held {
 		m.Reply <- ExtendResult{Err: a.state.Err()}
+		return
+	}
+	if !a.extending && !time.Now().Before(a.holdEnds()) {
+		a.holdOver()
+		m.Reply <- ExtendResult{Err: ErrMaxHold}
 		return
 	}
 	a.waiters = append(a.waiters, m.Reply)
@@ -55,7 +74,7 @@ func (a *leaseActor) extendVote() {
 	now := time.Now()
 	switch {
 	case a.tally.won():
-		if now.Before(a.state.Until()) && Validity(a.cfg.TTL, now.Sub(a.start), a.cfg.DriftFactor) > 0 {
+		if now.Before(a.state.Until()) && !a.tooSlow(now.Sub(a.start)) {
 			a.extended()
 		} else {
 			a.extendFailed(errTooSlow)
@@ -93,7 +112,7 @@ func (a *leaseActor) extendFailed(cause error) {
 	a.state.setAtDeadline(a.atDeadline(err))
 	a.answerWaiters(err)
 	a.emit(ExtendFailed, err)
-	if at := time.Now().Add(jitter(a.cfg.TTL / 15)); at.Before(a.state.Until()) {
+	if at := time.Now().Add(jitter(a.cfg.TTL / 15)); at.Before(a.state.ends()) {
 		a.planExtend(at)
 	}
 }

@@ -28,9 +28,17 @@ type Config struct {
 	NodeTimeout time.Duration   // bounds each round
 	Attempts    int             // acquire rounds at most (≥ 1)
 	BackOff     backoff.BackOff // wait between acquire rounds; nil: one round
-	MaxHold     time.Duration   // > 0: extend automatically until MaxHold after acquire
-	FenceKey    string          // non-empty: issue fencing tokens (see doc.go)
-	EventBuffer int             // capacity of the lease's event channel (≥ 2)
+	// Deadline is the caller's, if any: a round that only quarantined
+	// nodes kept from a quorum gives up at once when their quarantine
+	// outlasts it, rather than wait for nothing.
+	Deadline time.Time
+	// MaxHold bounds extension: no round (automatic or Extend) starts
+	// later than MaxHold after the winning acquire round started; the
+	// lease then expires at its deadline. 0: no extension at all.
+	MaxHold     time.Duration
+	AutoExtend  bool   // extend at a third of the TTL until MaxHold
+	FenceKey    string // non-empty: issue fencing tokens (see doc.go)
+	EventBuffer int    // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
 	Dispatcher  actor.Dispatcher // runs the mailbox; nil for protoactor's default
 
@@ -130,12 +138,19 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.onRelease(m)
 	case *Cancel:
 		a.abort(m.Cause)
+		// The caller's context ended: answer now, without waiting for
+		// the votes the actor is owed. The cleanup releases are already
+		// with the node actors, which send them and answer each exactly
+		// once; the actor stays (and Close waits for it) to collect
+		// them, but a stalled node must not hold the caller for up to
+		// the node timeout.
+		a.answerFailure()
 	case *Close:
 		if a.phase == held {
 			a.sendAll(a.releaseCmd)
 			a.end(m.Err)
 		} else {
-			a.abort(m.Err)
+			a.abort(m.Abort)
 		}
 	case *linger:
 		a.owed = 0
@@ -194,7 +209,7 @@ func (a *leaseActor) vote(v *node.Vote) {
 	case a.phase == acquiring || a.phase == fencing:
 		a.tally.add(v.Outcome)
 		switch {
-		case a.tally.won() && Validity(a.cfg.TTL, time.Since(a.start), a.cfg.DriftFactor) <= 0:
+		case a.tally.won() && a.tooSlow(time.Since(a.start)):
 			a.roundFailed(errTooSlow)
 		case a.tally.won() && a.phase == acquiring && a.cfg.FenceKey != "":
 			a.startFence()
@@ -248,7 +263,7 @@ func (a *leaseActor) hold() {
 	a.phase = held
 	a.acquired = a.start
 	a.state.token = a.token
-	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.atDeadline(nil))
+	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL), a.atDeadline(nil))
 	a.armDeadline()
 	a.reply(Result{Attempts: a.attempts})
 	a.emit(Acquired, nil)
@@ -258,11 +273,17 @@ func (a *leaseActor) hold() {
 }
 
 // roundFailed cleans up after an acquire round that did not win and
-// retries or gives up. cause is nil when the nodes simply refused.
+// retries or gives up. cause is nil when the nodes simply refused. When
+// only nodes in restart quarantine kept the round from a quorum, the next
+// round waits until enough of them are back: an earlier one cannot win.
 func (a *leaseActor) roundFailed(cause error) {
 	a.roundTimer.Stop()
 	a.failedVotes = append(a.failedVotes[:0], a.votes...)
 	a.sendAll(a.releaseCmd) // all N: a grant may be on its way from any node
+	back := quarantineEnd(a.failedVotes)
+	if !back.IsZero() && cause == nil {
+		cause = errQuarantine
+	}
 	if a.attempts >= a.cfg.Attempts || a.cfg.BackOff == nil {
 		a.giveUp(cause)
 		return
@@ -271,6 +292,15 @@ func (a *leaseActor) roundFailed(cause error) {
 	if d == backoff.Stop {
 		a.giveUp(cause)
 		return
+	}
+	if !back.IsZero() {
+		if !a.cfg.Deadline.IsZero() && !back.Before(a.cfg.Deadline) {
+			a.giveUp(errQuarantinePastDeadline)
+			return
+		}
+		// The backoff's randomized wait on top, so that the waiters for
+		// one node do not all come back at the same instant.
+		d += max(time.Until(back), 0)
 	}
 	a.phase = waiting
 	a.retryTimer = actors.After(a.system, d, a.self, &retry{})
@@ -299,15 +329,22 @@ func (a *leaseActor) giveUp(cause error) {
 	a.startLinger()
 }
 
-// armDeadline sets the timer of the validity deadline. The timer ends the
-// lease itself, on its own goroutine, so Done closes at the deadline even
-// when this actor's mailbox is backed up; it then tells the actor, which
-// emits the terminal event and cleans up.
+// tooSlow: a round that took elapsed leaves no validity beyond the end
+// margin, so a lease it won would end at once.
+func (a *leaseActor) tooSlow(elapsed time.Duration) bool {
+	return Validity(a.cfg.TTL, elapsed, a.cfg.DriftFactor) <= EndMargin(a.cfg.TTL)
+}
+
+// armDeadline sets the timer of the lease's end, EndMargin before its
+// validity deadline so that a late timer still closes Done before Until.
+// The timer ends the lease itself, on its own goroutine, so Done closes on
+// time even when this actor's mailbox is backed up; it then tells the
+// actor, which emits the terminal event and cleans up.
 func (a *leaseActor) armDeadline() {
 	if a.expireTimer != nil {
 		a.expireTimer.Stop()
 	}
-	a.expireTimer = time.AfterFunc(time.Until(a.state.Until()), func() {
+	a.expireTimer = time.AfterFunc(time.Until(a.state.ends()), func() {
 		if a.state.expireIfDue(time.Now()) {
 			a.system.Root.Send(a.self, &expire{})
 		}
@@ -318,7 +355,7 @@ func (a *leaseActor) armDeadline() {
 // now: a lease meant to go on is lost (failure says why); otherwise it
 // simply expired.
 func (a *leaseActor) atDeadline(failure error) error {
-	if a.cfg.MaxHold <= 0 || a.extendsOver {
+	if !a.cfg.AutoExtend || a.extendsOver {
 		return ErrExpired
 	}
 	if failure == nil {
@@ -399,14 +436,19 @@ func (a *leaseActor) maybeStop(ctx actor.Context) {
 	if a.owed > 0 || (a.phase != failing && a.phase != ended) {
 		return
 	}
-	if a.phase == failing && !a.replied {
-		a.reply(Result{Err: a.cause, Attempts: a.attempts, Votes: a.failedVotes})
-	}
+	a.answerFailure()
 	if a.release != nil {
 		a.answerRelease(true)
 	}
 	a.stopTimers()
 	ctx.Stop(a.self)
+}
+
+// answerFailure tells the acquirer, once, why acquiring failed.
+func (a *leaseActor) answerFailure() {
+	if a.phase == failing {
+		a.reply(Result{Err: a.cause, Attempts: a.attempts, Votes: a.failedVotes})
+	}
 }
 
 func (a *leaseActor) reply(r Result) {
@@ -447,13 +489,40 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	ctx.Stop(a.self)
 }
 
+// quarantineEnd: when only nodes in restart quarantine stand between a
+// failed round's votes and a quorum (the grants, the votes still out and
+// the quarantined nodes would make one), the time enough of those nodes
+// are back for it; zero otherwise.
+func quarantineEnd(votes []node.Vote) time.Time {
+	var backs []time.Time
+	refused := 0 // for any reason but quarantine
+	for _, v := range votes {
+		switch {
+		case v.Outcome == node.Failed && !v.Until.IsZero():
+			backs = append(backs, v.Until)
+		case v.Outcome != 0 && v.Outcome != node.Granted:
+			refused++
+		}
+	}
+	n := len(votes)
+	need := Quorum(n) - (n - refused - len(backs)) // quarantined nodes the quorum needs
+	if need <= 0 || need > len(backs) {
+		return time.Time{}
+	}
+	slices.SortFunc(backs, time.Time.Compare)
+	return backs[need-1]
+}
+
 var (
-	errRefused      = errors.New("redlease: a quorum of nodes refused")
-	errRoundTimeout = errors.New("redlease: no quorum within the node timeout")
-	errTooSlow      = errors.New("redlease: quorum reached after the validity ran out")
-	errNoExtension  = errors.New("redlease: no extension before the validity deadline")
-	errNotMine      = errors.New("redlease: a quorum of nodes holds another owner's key")
-	errFenceRefused = errors.New("redlease: the fencing token reached no quorum of the granting nodes")
+	errRefused    = errors.New("redlease: a quorum of nodes refused")
+	errQuarantine = errors.New("redlease: the quorum needs nodes that sit out a restart quarantine")
+	// errQuarantinePastDeadline: waiting for them would outlast the caller.
+	errQuarantinePastDeadline = errors.New("redlease: the quorum needs nodes whose restart quarantine ends after the context's deadline")
+	errRoundTimeout           = errors.New("redlease: no quorum within the node timeout")
+	errTooSlow                = errors.New("redlease: quorum reached after the validity ran out")
+	errNoExtension            = errors.New("redlease: no extension before the validity deadline")
+	errNotMine                = errors.New("redlease: a quorum of nodes holds another owner's key")
+	errFenceRefused           = errors.New("redlease: the fencing token reached no quorum of the granting nodes")
 )
 
 // jitter returns d scaled by a random factor in [0.5, 1.5).

@@ -7,11 +7,15 @@ import (
 	"github.com/redlease/redlease/node"
 )
 
-// Sentinel errors a lease ends with. The engine re-exports them.
+// Sentinel errors a lease ends with, and ErrMaxHold. The engine
+// re-exports them.
 var (
 	ErrReleased  = errors.New("redlease: lease released")
 	ErrExpired   = errors.New("redlease: lease expired")
 	ErrLeaseLost = errors.New("redlease: lease lost")
+	// ErrMaxHold answers an Extend after MaxHold: the lease is not
+	// extended, but still held until its deadline, where it expires.
+	ErrMaxHold = errors.New("redlease: maximum hold reached: the lease is no longer extended and expires at its deadline")
 )
 
 // Result answers the acquirer, once. On success Err is nil and the State
@@ -56,11 +60,13 @@ type Cancel struct {
 	Cause error
 }
 
-// Close tells the actor that the engine closes: give up acquiring, or
-// release the held lease and end it with Err.
+// Close tells the actor that the engine closes: release the held lease
+// and end it with Err, or give up acquiring with Abort. They differ: a
+// lease that was never held was not released.
 type Close struct {
 	actors.Late
-	Err error
+	Err   error // a held lease ends with it
+	Abort error // an acquisition in progress fails with it
 }
 
 // Timer messages, from the actor to itself; one may fire as the actor

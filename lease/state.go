@@ -16,6 +16,7 @@ type State struct {
 	start   time.Time     // start of the winning round, written before the Result is sent
 	token   uint64        // fencing token, written before the Result is sent
 	until   atomic.Int64  // validity deadline, in nanoseconds after start
+	margin  time.Duration // the lease ends this long before until; written before the Result is sent
 
 	mu         sync.Mutex
 	onEnd      []func() // run once, when the lease ends
@@ -53,11 +54,15 @@ func (s *State) Token() uint64 { return s.token }
 // Until is the validity deadline, carrying a monotonic clock reading.
 func (s *State) Until() time.Time { return s.start.Add(time.Duration(s.until.Load())) }
 
-// hold starts the validity clock: the lease runs until t unless extended,
-// and ends with atDeadline if that passes.
-func (s *State) hold(start, t time.Time, atDeadline error) {
+// ends is when the lease ends unless extended: margin before Until.
+func (s *State) ends() time.Time { return s.Until().Add(-s.margin) }
+
+// hold starts the validity clock: the lease is valid until t unless
+// extended, ends margin before that, and ends with atDeadline then.
+func (s *State) hold(start, t time.Time, margin time.Duration, atDeadline error) {
 	s.start = start
 	s.until.Store(int64(t.Sub(start)))
+	s.margin = margin
 	s.atDeadline = atDeadline
 }
 
@@ -81,12 +86,13 @@ func (s *State) setAtDeadline(err error) {
 	s.mu.Unlock()
 }
 
-// expireIfDue ends the lease with its deadline error if the deadline has
-// passed. It runs on the deadline timer's goroutine, so that Done closes
-// on time however busy the actor's mailbox is.
+// expireIfDue ends the lease with its deadline error if its end (margin
+// before the deadline) has come. It runs on the deadline timer's
+// goroutine, so that Done closes on time however busy the actor's mailbox
+// is.
 func (s *State) expireIfDue(now time.Time) bool {
 	s.mu.Lock()
-	if s.ended || now.Before(s.Until()) {
+	if s.ended || now.Before(s.ends()) {
 		s.mu.Unlock()
 		return false
 	}

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -49,5 +50,46 @@ func TestValidity(t *testing.T) {
 		if got := Validity(tt.ttl, tt.elapsed, tt.factor); got != tt.want {
 			t.Errorf("Validity(%v, %v, %v) = %v, want %v", tt.ttl, tt.elapsed, tt.factor, got, tt.want)
 		}
+	}
+}
+
+// The end margin: a fiftieth of the TTL, between 2ms and 100ms.
+func TestEndMargin(t *testing.T) {
+	tests := []struct{ ttl, want time.Duration }{
+		{0, 2 * time.Millisecond},
+		{50 * time.Millisecond, 2 * time.Millisecond}, // 1ms: the floor
+		{100 * time.Millisecond, 2 * time.Millisecond},
+		{time.Second, 20 * time.Millisecond},
+		{3 * time.Second, 60 * time.Millisecond}, // the held benchmark's TTL
+		{5 * time.Second, 100 * time.Millisecond},
+		{10 * time.Second, 100 * time.Millisecond}, // 200ms: the cap
+		{time.Hour, 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := EndMargin(tt.ttl); got != tt.want {
+			t.Errorf("EndMargin(%v) = %v, want %v", tt.ttl, got, tt.want)
+		}
+	}
+}
+
+// A lease ends its end margin before Until: the state says it is due then,
+// not before.
+func TestStateEndsBeforeUntil(t *testing.T) {
+	const ttl = 3 * time.Second
+	s := newState(2)
+	start := time.Now()
+	until := start.Add(ttl)
+	s.hold(start, until, EndMargin(ttl), ErrExpired)
+	if !s.Until().Equal(until) {
+		t.Fatalf("Until = %v, want the validity deadline %v", s.Until(), until)
+	}
+	if s.expireIfDue(until.Add(-EndMargin(ttl) - time.Nanosecond)) {
+		t.Fatal("ended before its end margin")
+	}
+	if !s.expireIfDue(until.Add(-EndMargin(ttl))) {
+		t.Fatal("not ended at Until minus the end margin")
+	}
+	if !errors.Is(s.Err(), ErrExpired) {
+		t.Fatalf("Err = %v, want ErrExpired", s.Err())
 	}
 }

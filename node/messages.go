@@ -94,6 +94,10 @@ type Vote struct {
 	RTT         time.Duration // from the command reaching the node actor to the answer
 	Err         error         // set for Timeout and Failed
 	Counter     uint64        // a fenced acquire's grant: the node's fence counter
+	// Until: for an acquire refused with ErrQuarantined, when the node's
+	// quarantine ends (for a restart the acquire itself found, an estimate
+	// until a probe tells when the node restarted).
+	Until time.Time
 }
 
 // ErrStopped answers commands still queued when the node actor stops.

@@ -246,7 +246,7 @@ func (a *nodeActor) flush() {
 				continue
 			}
 		case e.op.acquires() && quarantined:
-			a.reply(&e, Failed, now, ErrQuarantined)
+			a.replyQuarantined(&e, now, a.health.quarantineUntil)
 			continue
 		}
 		if a.health.down {
@@ -382,7 +382,7 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 			a.replyCounter(e, now, counter)
 		case n == epochMissing:
 			done.lostData = true
-			a.reply(e, Failed, now, ErrQuarantined)
+			a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine))
 		default:
 			a.reply(e, Taken, now, nil)
 		}
@@ -450,6 +450,14 @@ func (a *nodeActor) replyCounter(e *entry, now time.Time, counter uint64) {
 func (a *nodeActor) reply(e *entry, o Outcome, now time.Time, err error) {
 	a.system.Root.Send(e.req.ReplyTo, &Vote{
 		Node: a.cfg.Index, Round: e.req.Round, Outcome: o, RTT: now.Sub(e.queued), Err: err,
+	})
+}
+
+// replyQuarantined refuses an acquire while the node sits out, saying
+// until when, so the lease can wait for it instead of retrying blindly.
+func (a *nodeActor) replyQuarantined(e *entry, now, until time.Time) {
+	a.system.Root.Send(e.req.ReplyTo, &Vote{
+		Node: a.cfg.Index, Round: e.req.Round, Outcome: Failed, RTT: now.Sub(e.queued), Err: ErrQuarantined, Until: until,
 	})
 }
 

@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// A fresh node (restarted empty, not marked) sits out its quarantine while
+// another owner's key holds a second node of three: only the quarantine
+// stands between an attempt and a quorum. TryAcquire, and an Acquire whose
+// context ends before the quarantine, fail naming the node and until when
+// it sits out; an Acquire with time to spare waits it out and wins,
+// although its few quick retries would all have failed.
+func TestAcquireWaitsOutQuarantine(t *testing.T) {
+	const quarantine = time.Second
+	c := startNodes(t, 3)
+	if err := c.Nodes[1].Set(t.Context(), lockKey("fresh"), "someone-else", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nodes[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, c.Addrs(), func(cfg *Config) {
+		cfg.TTL = 500 * time.Millisecond // at most the quarantine: no UnsafeShortQuarantine
+		cfg.RestartQuarantine = quarantine
+		cfg.RetryAttempts = 3
+		cfg.RetryBackOff = func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) }
+	})
+	until := e.Stats().Nodes[0].QuarantinedUntil
+	if !until.After(time.Now()) {
+		t.Fatalf("node 0 not quarantined: QuarantinedUntil %v", until)
+	}
+	addr := c.Nodes[0].Addr()
+
+	// checkNamed: the error names node 0, quarantined until `until`.
+	checkNamed := func(what string, err error) {
+		t.Helper()
+		var ae *AcquireError
+		if !errors.Is(err, ErrNotAcquired) || !errors.As(err, &ae) {
+			t.Fatalf("%s = %v, want an *AcquireError", what, err)
+		}
+		n := ae.Nodes[0]
+		if n.Outcome != Failed || !errors.Is(n.Err, ErrQuarantined) || !n.QuarantinedUntil.Equal(until) {
+			t.Fatalf("%s: node 0 %+v, want Failed with ErrQuarantined until %v", what, n, until)
+		}
+		if msg := err.Error(); !strings.Contains(msg, addr) || !strings.Contains(msg, "until "+until.Format(untilLayout)) {
+			t.Fatalf("%s: error %q does not say that %s sits out until %s", what, msg, addr, until.Format(untilLayout))
+		}
+		if ae.Nodes[1].Outcome != Taken {
+			t.Fatalf("%s: node 1 %+v, want Taken", what, ae.Nodes[1])
+		}
+	}
+
+	_, err := e.TryAcquire(t.Context(), "fresh")
+	checkNamed("TryAcquire", err)
+
+	ctx, cancel := context.WithTimeout(t.Context(), quarantine/2)
+	_, err = e.Acquire(ctx, "fresh")
+	cancel()
+	checkNamed("Acquire with a deadline before the quarantine ends", err)
+	t.Logf("Acquire with a short deadline: %v", err)
+
+	ctx, cancel = context.WithTimeout(t.Context(), 10*quarantine)
+	defer cancel()
+	l, err := e.Acquire(ctx, "fresh")
+	if err != nil {
+		t.Fatalf("Acquire with time to wait out the quarantine: %v", err)
+	}
+	if now := time.Now(); now.Before(until) {
+		t.Fatalf("acquired %v before node 0's quarantine ended", until.Sub(now))
+	}
+	if vals := values(t, c, "fresh"); vals[0] != l.Value() || vals[1] != "someone-else" || vals[2] != l.Value() {
+		t.Fatalf("keys %q: want the lease's on nodes 0 and 2, the other owner's on node 1", vals)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
