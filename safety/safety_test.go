@@ -42,11 +42,7 @@ func TestBoundedRunWithFaults(t *testing.T) {
 // an overlap. With it, node 1, 4 and 5 sit out and B waits.
 func TestCheckerCatchesRestartWithoutQuarantine(t *testing.T) {
 	c := redisproc.Start(t, 5)
-	for _, n := range c.Nodes { // nodes that served redlease before
-		if err := n.Set(t.Context(), engine.DefaultKeyPrefix+"epoch", "1", 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seedEpoch(t, c) // nodes that served redlease before
 	if off := restartScenario(t, c, "off", -1); len(off) == 0 {
 		t.Fatal("quarantine off: the checker saw no overlap")
 	} else {
@@ -103,10 +99,6 @@ func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine
 			}
 		}
 	}
-	for _, n := range c.Nodes { // leave the nodes as they were
-		if err := n.Set(ctx, engine.DefaultKeyPrefix+"epoch", "1", 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seedEpoch(t, c) // leave the nodes as they were
 	return overlaps
 }
