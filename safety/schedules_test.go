@@ -37,9 +37,6 @@ func seedEpoch(t testing.TB, c *redisproc.Cluster) {
 	}
 }
 
-// lockKey is the key redlease locks resource under on every node.
-func lockKey(resource string) string { return engine.DefaultKeyPrefix + "{" + resource + "}" }
-
 func newEngine(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
 	e, err := engine.New(cfg)
@@ -66,7 +63,7 @@ func newHolders(t *testing.T, c *redisproc.Cluster, resource string) *holders {
 
 // held records that name holds l since now.
 func (h *holders) held(name string, l *engine.Lease) {
-	h.rec.Held(h.resource, name, time.Now(), l.Until(), l.Token())
+	h.rec.Held(h.resource, name, l.Value(), time.Now(), l.Until(), l.Token())
 	h.leases[name] = l
 }
 
