@@ -375,7 +375,8 @@ type run struct {
 	pauses    atomic.Int64
 	noDone    atomic.Int64
 
-	// The injector's own: only its goroutine reads or writes them.
+	// The injector's own: Run sets them up before the injector starts
+	// and reads them after it ended; meanwhile only the injector does.
 	restarted []time.Time // each node's last restart
 	idle      []*idleEngine
 	joined    []*joinedEngine
@@ -457,9 +458,9 @@ func (r *run) worker(ctx context.Context, e *engine.Engine, name string) {
 	}
 }
 
-// retry is the workers' schedule: quick, capped, bounded by the engine's
+// workerRetry is the workers' schedule: quick, capped, bounded by the engine's
 // attempts.
-var retry = engine.WithRetry(func() backoff.BackOff {
+var workerRetry = engine.WithRetry(func() backoff.BackOff {
 	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(time.Millisecond),
 		backoff.WithMaxInterval(20*time.Millisecond), backoff.WithMaxElapsedTime(0))
 })
@@ -473,7 +474,7 @@ var retry = engine.WithRetry(func() backoff.BackOff {
 func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand.Rand) error {
 	resource := fmt.Sprintf("res-%d", rng.IntN(r.cfg.Resources))
 	long := rng.IntN(20) == 0
-	opts := []engine.Option{engine.WithFencing(), retry}
+	opts := []engine.Option{engine.WithFencing(), workerRetry}
 	work := time.Duration(rng.IntN(3000)) * time.Microsecond
 	if long {
 		opts = append(opts, engine.WithAutoExtend(3*r.cfg.TTL))
