@@ -115,8 +115,8 @@ type Report struct {
 }
 
 // Injected is one fault: its kind, the node it hit (an index into
-// Cluster.Nodes; the first of them, for faults that hit several) and when
-// it started and ended.
+// Cluster.Nodes; the first of them, for faults that hit several; -1 for
+// none) and when it started and ended.
 type Injected struct {
 	Kind       string
 	Node       int
@@ -228,7 +228,11 @@ func (r Report) writeOverlaps(b *strings.Builder, overlaps []Overlap) {
 		}
 		fmt.Fprintf(b, "\n  overlap: %v", o)
 		for _, f := range r.near(o) {
-			fmt.Fprintf(b, "\n    %s on node %d from %v to %v", f.Kind, f.Node,
+			where := ""
+			if f.Node >= 0 {
+				where = fmt.Sprintf(" on node %d", f.Node)
+			}
+			fmt.Fprintf(b, "\n    %s%s from %v to %v", f.Kind, where,
 				f.Start.Sub(o.Second.Acquired).Round(time.Millisecond), f.End.Sub(o.Second.Acquired).Round(time.Millisecond))
 		}
 	}
@@ -567,7 +571,11 @@ func (r *run) inject(ctx context.Context) {
 			k := rng.IntN(len(r.cluster.Nodes))
 			start := time.Now()
 			err := r.fault(ctx, rng, kind, k)
-			r.timeline = append(r.timeline, Injected{Kind: kind, Node: k, Start: start, End: time.Now()})
+			f := Injected{Kind: kind, Node: k, Start: start, End: time.Now()}
+			if kind == FaultNewEngine {
+				f.Node = -1 // hits no node
+			}
+			r.timeline = append(r.timeline, f)
 			if err != nil {
 				if r.cfg.Logf != nil && ctx.Err() == nil {
 					r.cfg.Logf("safety: %s fault not injected: %v", kind, err)
