@@ -97,11 +97,14 @@ func Stale(overlaps []Overlap) StaleWrites {
 	return s
 }
 
+// String spells the three counts out.
 func (s StaleWrites) String() string {
 	return fmt.Sprintf("%d rejected by fencing, %d accepted before the newer holder wrote, %d accepted after it (fencing failed)",
 		s.Rejected, s.Early, s.Failed)
 }
 
+// String names both holders, when the first ended and when the second
+// acquired (from the first's acquisition), and their tokens.
 func (o Overlap) String() string {
 	return fmt.Sprintf("%q: %s held until +%v, %s acquired at +%v (tokens %d, %d)",
 		o.First.Resource, o.First.Holder, o.First.End.Sub(o.First.Acquired), o.Second.Holder,

@@ -86,10 +86,10 @@ type Config struct {
 // Report is what a Run saw.
 type Report struct {
 	Duration         time.Duration
-	Acquisitions     int       // leases held
-	AcquireFailures  int       // acquisitions that gave up (retries exhausted or a node fault)
-	Overlaps         []Overlap // must be empty
-	OverlapStale     StaleWrites
+	Acquisitions     int            // leases held
+	AcquireFailures  int            // acquisitions that gave up (retries exhausted or a node fault)
+	Overlaps         []Overlap      // must be empty
+	OverlapStale     StaleWrites    // what fencing made of the stale holders' writes in Overlaps
 	TokenRegressions int            // must be 0
 	Writes           int            // accepted by the fenced store
 	StaleRejected    int            // writes the store refused thanks to fencing
@@ -101,11 +101,11 @@ type Report struct {
 	AcquireP99Down   time.Duration  // one node dead or paused
 
 	// ClockJumps are the clock steps injected. ClockOverlaps are the
-	// overlapping holdings they explain: the first holding was live while
-	// a node's clock stepped (its key there may have expired early) and
-	// the second was acquired after the step began. Redlock promises
-	// nothing then, so OK ignores them; ClockStale shows what fencing made
-	// of the stale holders' writes in them.
+	// overlapping holdings they explain: the first holding's key sat on a
+	// node when its clock stepped past the key's expiry, and the second
+	// was acquired after the step began. Redlock promises nothing then, so
+	// OK ignores them; ClockStale shows what fencing made of the stale
+	// holders' writes in them.
 	ClockJumps    []ClockJump
 	ClockOverlaps []Overlap
 	ClockStale    StaleWrites
