@@ -37,9 +37,10 @@
 // Redlock's timing assumption, so the overlaps it explains (the first
 // holder's key sat on the node when its clock stepped) are kept apart in
 // Report.ClockOverlaps, with what fencing made of the stale holders'
-// writes in them (Report.ClockReport); OK ignores them, but not a write
-// that fencing let through after a newer holder's. Each overlap is shown
-// with the faults around it.
+// writes in them, and so are the token regressions after a token that
+// only a clock ahead of the host's could issue (Report.ClockReport). OK
+// ignores them, but not a write that fencing let through after a newer
+// holder's. Each overlap is shown with the faults around it.
 //
 // Run drives all of it; Recorder and Store are the pieces, for tests that
 // force a scenario of their own. The tests also replay, deterministically,

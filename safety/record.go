@@ -111,9 +111,21 @@ func (o Overlap) String() string {
 		o.Second.Acquired.Sub(o.First.Acquired), o.First.Token, o.Second.Token)
 }
 
+// Regression is a holding whose fencing token is not larger than that of
+// the holding acquired before it on the same resource.
+type Regression struct{ Before, After Holding }
+
+// aheadOfHost reports whether the earlier token was larger than the host's
+// clock in microseconds when its holder acquired. Tokens are at most the
+// largest node clock at their issue, plus one per acquisition, so only a
+// node whose clock ran ahead of the host's can have issued it.
+func (g Regression) aheadOfHost() bool {
+	return g.Before.Token > uint64(g.Before.Acquired.Add(time.Millisecond).UnixMicro())
+}
+
 // Check returns the overlapping holdings, and the holdings whose token is
 // not larger than that of the holding before them on the same resource.
-func (r *Recorder) Check() (overlaps []Overlap, regressions int) {
+func (r *Recorder) Check() (overlaps []Overlap, regressions []Regression) {
 	r.mu.Lock()
 	byResource := map[string][]Holding{}
 	for _, h := range r.holdings {
@@ -128,7 +140,7 @@ func (r *Recorder) Check() (overlaps []Overlap, regressions int) {
 				overlaps = append(overlaps, Overlap{hs[latest], hs[i]})
 			}
 			if hs[i].Token != 0 && hs[i].Token <= hs[i-1].Token {
-				regressions++
+				regressions = append(regressions, Regression{hs[i-1], hs[i]})
 			}
 			if hs[i].End.After(hs[latest].End) {
 				latest = i

@@ -19,8 +19,8 @@ func TestRecorderCheck(t *testing.T) {
 	if len(overlaps) != 1 || overlaps[0].First.Holder != "B" || overlaps[0].Second.Holder != "C" {
 		t.Fatalf("overlaps = %v, want B then C", overlaps)
 	}
-	if regressions != 1 {
-		t.Fatalf("regressions = %d, want 1", regressions)
+	if len(regressions) != 1 || regressions[0].Before.Holder != "B" || regressions[0].After.Holder != "C" {
+		t.Fatalf("regressions = %v, want B then C", regressions)
 	}
 	if rec.Count() != 4 {
 		t.Fatalf("Count = %d", rec.Count())
@@ -98,6 +98,25 @@ func TestReportOK(t *testing.T) {
 	} {
 		if got := tc.rep.OK(); got != tc.want {
 			t.Errorf("OK() = %v for %s", got, fmt.Sprintf("%+v", tc.rep))
+		}
+	}
+}
+
+func TestRegressionAheadOfHost(t *testing.T) {
+	at := time.Now()
+	host := uint64(at.UnixMicro())
+	for _, tc := range []struct {
+		token uint64
+		want  bool
+	}{
+		{host - 5, false},                    // an ordinary token: a node clock at or before the host's
+		{host + 500, false},                  // within the slack for one per acquisition
+		{host + 600_000, true},               // 600ms ahead: a node whose clock ran ahead
+		{host + uint64(time.Hour/1e3), true}, // far ahead
+	} {
+		g := Regression{Before: Holding{Acquired: at, Token: tc.token}, After: Holding{Token: host}}
+		if got := g.aheadOfHost(); got != tc.want {
+			t.Errorf("token host%+d: aheadOfHost = %v, want %v", int64(tc.token-host), got, tc.want)
 		}
 	}
 }

@@ -109,6 +109,12 @@ type Report struct {
 	ClockJumps    []ClockJump
 	ClockOverlaps []Overlap
 	ClockStale    StaleWrites
+	// ClockRegressions counts the tokens that did not increase because
+	// the token before them came from a node clock ahead of the host's:
+	// the fencing argument assumes node clocks differ by less than the
+	// restart quarantine (see package lease). TokenRegressions excludes
+	// them.
+	ClockRegressions int
 
 	// Timeline lists the faults injected, in order, to read overlaps by.
 	Timeline []Injected
@@ -212,8 +218,8 @@ func (r Report) String() string {
 // overlaps they explain and what fencing did with the stale writes.
 func (r Report) ClockReport() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "clock jumps (outside Redlock's assumptions, not violations): %d steps of a node's clock by more than a TTL; %d overlaps they explain; stale holders' writes in them: %v",
-		len(r.ClockJumps), len(r.ClockOverlaps), r.ClockStale)
+	fmt.Fprintf(&b, "clock jumps (outside Redlock's assumptions, not violations): %d steps of a node's clock by more than a TTL; %d overlaps they explain; stale holders' writes in them: %v; %d token regressions after a token from a clock ahead",
+		len(r.ClockJumps), len(r.ClockOverlaps), r.ClockStale, r.ClockRegressions)
 	r.writeOverlaps(&b, r.ClockOverlaps)
 	return b.String()
 }
@@ -298,9 +304,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
 		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), ClockJumps: r.jumps,
 		Timeline: r.timeline}
-	var overlaps []Overlap
-	overlaps, rep.TokenRegressions = r.rec.Check()
+	overlaps, regressions := r.rec.Check()
 	rep.Overlaps, rep.ClockOverlaps = splitClock(overlaps, r.jumps)
+	for _, g := range regressions {
+		if len(r.jumps) > 0 && g.aheadOfHost() {
+			rep.ClockRegressions++
+		} else {
+			rep.TokenRegressions++
+		}
+	}
 	rep.OverlapStale, rep.ClockStale = Stale(rep.Overlaps), Stale(rep.ClockOverlaps)
 	rep.Writes, rep.StaleRejected = r.store.Counts()
 	rep.AcquireP99, rep.AcquireP99Down = p99(r.latUp), p99(r.latDown)
