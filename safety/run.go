@@ -307,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	overlaps, regressions := r.rec.Check()
 	rep.Overlaps, rep.ClockOverlaps = splitClock(overlaps, r.jumps)
 	for _, g := range regressions {
-		if len(r.jumps) > 0 && g.aheadOfHost() {
+		if g.aheadOfHost() {
 			rep.ClockRegressions++
 		} else {
 			rep.TokenRegressions++
