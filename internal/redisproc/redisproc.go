@@ -394,18 +394,18 @@ func (n *Node) Save(ctx context.Context) error {
 // snapshot of the last Save: the new process has the keys as of that Save
 // (less those that expired since, by its clock), none of the writes made
 // after it, and a new run_id. This is a restart with RDB persistence whose
-// last background save came before the latest writes. It fails when Save
-// was never called, rather than start empty.
+// last background save came before the latest writes. When Save was never
+// called it fails and leaves the process alone, rather than start empty.
 func (n *Node) RestartFromSnapshot() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
 		return errClosed
 	}
-	n.stopLocked()
 	if _, err := os.Stat(n.snapshot()); err != nil {
 		return fmt.Errorf("redisproc: %s has no snapshot to restart from (call Save first): %w", n.Addr(), err)
 	}
+	n.stopLocked()
 	return n.relaunchLocked()
 }
 

@@ -12,11 +12,14 @@ func TestRestartFromSnapshot(t *testing.T) {
 	n := c.Nodes[0]
 	ctx := ctxTimeout(t, 20*time.Second)
 
+	if err := n.Set(ctx, "before", "v", 0); err != nil {
+		t.Fatal(err)
+	}
 	if err := n.RestartFromSnapshot(); err == nil {
 		t.Fatal("RestartFromSnapshot without a Save succeeded")
 	}
-	if err := n.Restart(); err != nil { // the failed attempt left it down
-		t.Fatal(err)
+	if _, ok, err := n.Get(ctx, "before"); !ok || err != nil { // left alone
+		t.Fatalf("a failed RestartFromSnapshot touched the process (ok=%v err=%v)", ok, err)
 	}
 	if err := n.Set(ctx, "saved", "v", 0); err != nil {
 		t.Fatal(err)
