@@ -1,17 +1,50 @@
 // Package safety checks redlease's guarantees on real Redis nodes while it
 // breaks them. Several engines with many goroutines each contend for a few
-// resources; every holder records its holding (resource, acquired-at,
-// Until, token) on this process's monotonic clock and writes to a fenced
-// in-memory store. Meanwhile the checker kills nodes and restarts them
-// without persistence, pauses them (SIGSTOP/SIGCONT), slows their links
-// through a TCP proxy, and makes some holders pause past their validity
-// before writing.
+// resources; every holder records its holding (resource, owner value,
+// acquired-at, Until, token) on this process's monotonic clock and writes
+// to a fenced in-memory store. Meanwhile Run injects faults, one at a
+// time, each kind once per round in random order (see Kinds):
+//
+//   - kill+restart: a node killed with -9 and restarted without its data;
+//   - pause: a node stopped (SIGSTOP) and resumed;
+//   - slow link: a node's link slowed through a TCP proxy;
+//   - majority pause: three nodes paused for longer than a TTL;
+//   - restart under a bare majority: two nodes dead, a third restarted
+//     empty, the two back empty (the Redlock critique's case);
+//   - script flush: SCRIPT FLUSH while leases come and go;
+//   - debug sleep: a node stalled by DEBUG SLEEP (50-300ms, from a
+//     connection of its own) with batches in flight;
+//   - snapshot restart: a node snapshotted, then restarted from that
+//     snapshot after some leases came and went: it keeps the epoch key
+//     but loses the writes after the snapshot;
+//   - idle engine: an engine that stayed idle longer than the restart
+//     quarantine (the first ones met the nodes fresh, so their restore of
+//     the epoch key is still pending) acquires right after a node
+//     restarted empty;
+//   - new engine: an engine created mid-run joins the contention;
+//   - client kill: CLIENT KILL TYPE normal cuts every engine's connection
+//     to a node, batches in flight included;
+//   - clock jump: a node's wall clock steps ahead by more than a TTL while
+//     it serves leases (the first time, the node restarts with its clock
+//     ahead too), so the keys on it expire early;
+//
+// and some holders pause past their validity before writing.
 //
 // The Report counts acquisitions, overlapping holdings of one resource
 // (must be 0), stale writes the store rejected thanks to fencing, tokens
-// that did not increase, lost leases, and leases whose Done did not close
-// by their deadline (must be 0). Run drives all of it; Recorder and Store
-// are the pieces, for tests that force a scenario of their own.
+// that did not increase (must be 0), lost leases, and leases whose Done
+// did not close by their deadline (must be 0). A clock jump breaks
+// Redlock's timing assumption, so the overlaps it explains (the first
+// holder's key sat on the node when its clock stepped) are kept apart in
+// Report.ClockOverlaps, with what fencing made of the stale holders'
+// writes in them, and so are the token regressions after a token that
+// only a clock ahead of the host's could issue (Report.ClockReport). OK
+// ignores them, but not a write that fencing let through after a newer
+// holder's. Each overlap is shown with the faults around it.
+//
+// Run drives all of it; Recorder and Store are the pieces, for tests that
+// force a scenario of their own. The tests also replay, deterministically,
+// schedules that once gave two holders (TestSchedule...).
 //
 //	go run ./safety/cmd/safety -duration 10m
 package safety

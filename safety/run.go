@@ -17,17 +17,66 @@ import (
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
+// Fault kinds, as Config.Kinds and Report.Faults name them.
+const (
+	// FaultKillRestart: a node killed with -9 and restarted without its
+	// data.
+	FaultKillRestart = "kill+restart"
+	// FaultPause: a node stopped (SIGSTOP) and resumed.
+	FaultPause = "pause"
+	// FaultSlowLink: a node's link slowed through the proxy.
+	FaultSlowLink = "slow link"
+	// FaultMajorityPause: three nodes paused for longer than a TTL.
+	FaultMajorityPause = "majority pause"
+	// FaultBareMajority: the Redlock critique's restart: two nodes dead, a
+	// third restarted empty, then the two back empty.
+	FaultBareMajority = "restart under a bare majority"
+	// FaultScriptFlush: SCRIPT FLUSH on a node while leases come and go.
+	FaultScriptFlush = "script flush"
+	// FaultDebugSleep: a node stalled (DEBUG SLEEP 50-300ms, from a
+	// connection of its own) with batches in flight.
+	FaultDebugSleep = "debug sleep"
+	// FaultSnapshotRestart: a node snapshotted (SAVE), then, after some
+	// leases came and went, killed and restarted from that snapshot: it
+	// keeps the epoch key but loses the writes after the snapshot.
+	FaultSnapshotRestart = "snapshot restart"
+	// FaultIdleEngine: an engine that stayed idle longer than the
+	// restart quarantine acquires right after a node restarted empty.
+	FaultIdleEngine = "idle engine"
+	// FaultNewEngine: an engine created in the middle of the run joins
+	// the contention (the oldest such engine retires).
+	FaultNewEngine = "new engine"
+	// FaultClientKill: CLIENT KILL TYPE normal on a node: every engine's
+	// connection to it dies, batches in flight included.
+	FaultClientKill = "client kill"
+	// FaultClockJump: a node's wall clock steps ahead by more than a TTL
+	// while it serves leases (the first time, the node is also restarted
+	// with its clock ahead). Keys on it expire early: Redlock's timing
+	// assumption is broken, and overlaps this explains are reported apart.
+	FaultClockJump = "clock jump"
+)
+
+// Kinds returns every fault kind Run knows.
+func Kinds() []string {
+	return []string{FaultKillRestart, FaultPause, FaultSlowLink, FaultMajorityPause, FaultBareMajority,
+		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
+		FaultClientKill, FaultClockJump}
+}
+
 // Config sets up a Run. Zero fields take the defaults in brackets.
 type Config struct {
 	Cluster   *redisproc.Cluster // the nodes to use and break; required
 	Duration  time.Duration      // [30s]
-	Engines   int                // [3]
+	Engines   int                // engines at the start [3]
 	Workers   int                // goroutines per engine [8]
 	Resources int                // [4]
 	TTL       time.Duration      // lease TTL [300ms]
-	// Faults turns on node kills and restarts without persistence, node
-	// pauses, slow links and holders that pause past their validity.
+	// Faults turns on fault injection, and holders that pause past their
+	// validity.
 	Faults bool
+	// Kinds chooses the faults to inject, by name (see Kinds); empty but
+	// not nil: none. [all]
+	Kinds []string
 	// RestartQuarantine is passed to every engine; < 0 turns it off.
 	// [the engine's default: the TTL]
 	RestartQuarantine time.Duration
@@ -40,6 +89,7 @@ type Report struct {
 	Acquisitions     int            // leases held
 	AcquireFailures  int            // acquisitions that gave up (retries exhausted or a node fault)
 	Overlaps         []Overlap      // must be empty
+	OverlapStale     StaleWrites    // what fencing made of the stale holders' writes in Overlaps
 	TokenRegressions int            // must be 0
 	Writes           int            // accepted by the fenced store
 	StaleRejected    int            // writes the store refused thanks to fencing
@@ -49,86 +99,236 @@ type Report struct {
 	Faults           map[string]int // injected, by kind
 	AcquireP99       time.Duration  // all nodes up
 	AcquireP99Down   time.Duration  // one node dead or paused
+
+	// ClockJumps are the clock steps injected. ClockOverlaps are the
+	// overlapping holdings they explain: the first holding's key sat on a
+	// node when its clock stepped past the key's expiry, and the second
+	// was acquired after the step began. Redlock promises nothing then, so
+	// OK ignores them; ClockStale shows what fencing made of the stale
+	// holders' writes in them.
+	ClockJumps    []ClockJump
+	ClockOverlaps []Overlap
+	ClockStale    StaleWrites
+	// ClockRegressions counts the tokens that did not increase because
+	// the token before them came from a node clock ahead of the host's:
+	// the fencing argument assumes node clocks differ by less than the
+	// restart quarantine (see package lease). TokenRegressions excludes
+	// them.
+	ClockRegressions int
+
+	// Timeline lists the faults injected, in order, to read overlaps by.
+	Timeline []Injected
 }
 
-// OK reports whether every safety property held.
+// Injected is one fault: its kind, the node it hit (an index into
+// Cluster.Nodes; the first of them, for faults that hit several; -1 for
+// none) and when it started and ended.
+type Injected struct {
+	Kind       string
+	Node       int
+	Start, End time.Time
+}
+
+// near returns the faults that were under way from a second before the
+// first holding of o was acquired until the second was.
+func (r Report) near(o Overlap) []Injected {
+	var near []Injected
+	for _, f := range r.Timeline {
+		if !f.Start.After(o.Second.Acquired) && f.End.After(o.First.Acquired.Add(-time.Second)) {
+			near = append(near, f)
+		}
+	}
+	return near
+}
+
+// ClockJump is one step of the wall clock of node Node (an index into
+// Cluster.Nodes): it happened between From and To (when TIME read the new
+// clock), to Ahead of the host's clock.
+type ClockJump struct {
+	Node     int
+	From, To time.Time
+	Ahead    time.Duration
+	// Keys maps each lock key on the node just before the step to its
+	// owner value: the keys the step may have expired early. A key
+	// granted in the millisecond between that read and the step is
+	// missing, so an overlap it caused counts against our guarantees:
+	// the checker errs on the strict side.
+	Keys map[string]string
+}
+
+// explains reports whether the jump cut the first holding of o short: its
+// key sat on the node when the clock stepped, and the second holding was
+// acquired after that.
+func (j ClockJump) explains(o Overlap) bool {
+	return j.Keys[lockKey(o.First.Resource)] == o.First.Value && o.First.End.After(j.From) &&
+		o.Second.Acquired.After(j.From)
+}
+
+// lockKey is the key the engines of a Run lock resource under.
+func lockKey(resource string) string { return engine.DefaultKeyPrefix + "{" + resource + "}" }
+
+// lockKeysScript answers every lock key of a node with its owner value,
+// flat: key, value, key, value. One script, so the pairs are consistent.
+const lockKeysScript = `local out = {}
+for _, k in ipairs(redis.call('KEYS', ARGV[1])) do
+  out[#out + 1] = k
+  out[#out + 1] = redis.call('GET', k)
+end
+return out`
+
+// lockKeys reads the lock keys of n and their owner values.
+func lockKeys(ctx context.Context, n *redisproc.Node) (map[string]string, error) {
+	v, err := n.Do(ctx, "EVAL", lockKeysScript, "0", lockKey("*"))
+	if err != nil {
+		return nil, err
+	}
+	flat, _ := v.([]any)
+	keys := make(map[string]string, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		k, _ := flat[i].(string)
+		val, _ := flat[i+1].(string)
+		keys[k] = val
+	}
+	return keys, nil
+}
+
+// OK reports whether every safety property held. Overlaps that a clock
+// jump explains do not count; a write that fencing let through after a
+// newer holder's does, wherever it happened.
 func (r Report) OK() bool {
-	return len(r.Overlaps) == 0 && r.TokenRegressions == 0 && r.EndedWithoutDone == 0
+	return len(r.Overlaps) == 0 && r.TokenRegressions == 0 && r.EndedWithoutDone == 0 &&
+		r.OverlapStale.Failed == 0 && r.ClockStale.Failed == 0
 }
 
+// String reports the guarantees; ClockReport the clock jumps.
 func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v: %d acquisitions (%d gave up), %d overlaps, %d token regressions, %d writes, %d stale writes rejected (%d holders paused past their validity), %d lost leases, %d ended without Done; acquire p99 %v (all up), %v (one node down); faults %v",
 		r.Duration.Round(time.Second), r.Acquisitions, r.AcquireFailures, len(r.Overlaps), r.TokenRegressions,
 		r.Writes, r.StaleRejected, r.LatePauses, r.Lost, r.EndedWithoutDone,
 		r.AcquireP99.Round(time.Microsecond), r.AcquireP99Down.Round(time.Microsecond), r.Faults)
-	for i, o := range r.Overlaps {
-		if i == 5 {
-			fmt.Fprintf(&b, "\n  ... %d more", len(r.Overlaps)-5)
-			break
-		}
-		fmt.Fprintf(&b, "\n  overlap: %v", o)
+	r.writeOverlaps(&b, r.Overlaps)
+	if len(r.Overlaps) > 0 {
+		fmt.Fprintf(&b, "\n  stale holders' writes in these overlaps: %v", r.OverlapStale)
 	}
 	return b.String()
+}
+
+// ClockReport tells the clock jumps apart from the guarantees: the
+// overlaps they explain and what fencing did with the stale writes.
+func (r Report) ClockReport() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "clock jumps (outside Redlock's assumptions, not violations): %d steps of a node's clock by more than a TTL; %d overlaps they explain; stale holders' writes in them: %v; %d token regressions after a token from a clock ahead",
+		len(r.ClockJumps), len(r.ClockOverlaps), r.ClockStale, r.ClockRegressions)
+	r.writeOverlaps(&b, r.ClockOverlaps)
+	return b.String()
+}
+
+// writeOverlaps writes the first overlaps, each with the faults around it
+// (times from the second holder's acquisition).
+func (r Report) writeOverlaps(b *strings.Builder, overlaps []Overlap) {
+	for i, o := range overlaps {
+		if i == 5 {
+			fmt.Fprintf(b, "\n  ... %d more", len(overlaps)-5)
+			break
+		}
+		fmt.Fprintf(b, "\n  overlap: %v", o)
+		for _, f := range r.near(o) {
+			where := ""
+			if f.Node >= 0 {
+				where = fmt.Sprintf(" on node %d", f.Node)
+			}
+			fmt.Fprintf(b, "\n    %s%s from %v to %v", f.Kind, where,
+				f.Start.Sub(o.Second.Acquired).Round(time.Millisecond), f.End.Sub(o.Second.Acquired).Round(time.Millisecond))
+		}
+	}
 }
 
 // Run contends, records, breaks things, and reports. It returns an error
 // only when it could not run; safety violations are in the Report.
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg = withDefaults(cfg)
+	for _, k := range cfg.Kinds {
+		if !slices.Contains(Kinds(), k) {
+			return Report{}, fmt.Errorf("safety: unknown fault kind %q; the kinds are %q", k, Kinds())
+		}
+	}
 	c := cfg.Cluster
-	proxies := make([]*Proxy, len(c.Nodes))
-	addrs := make([]string, len(c.Nodes))
+	r := &run{cfg: cfg, cluster: c, faults: map[string]int{},
+		proxies: make([]*Proxy, len(c.Nodes)), addrs: make([]string, len(c.Nodes)),
+		restarted: make([]time.Time, len(c.Nodes))}
 	for i, n := range c.Nodes {
 		p, err := NewProxy(n.Addr())
 		if err != nil {
 			return Report{}, err
 		}
 		defer p.Close()
-		proxies[i], addrs[i] = p, p.Addr()
+		r.proxies[i], r.addrs[i] = p, p.Addr()
 	}
+	defer r.closeEngines()
 	var engines []*engine.Engine
-	defer func() {
-		for _, e := range engines {
-			_ = e.Close()
-		}
-	}()
 	for range cfg.Engines {
-		e, err := engine.New(engine.Config{
-			Nodes: addrs, TTL: cfg.TTL, RestartQuarantine: cfg.RestartQuarantine,
-			HealthInterval: 100 * time.Millisecond, RetryAttempts: 8,
-		})
+		e, err := r.newEngine(workHealth)
 		if err != nil {
 			return Report{}, err
 		}
 		engines = append(engines, e)
 	}
+	if cfg.Faults && cfg.kind(FaultIdleEngine) {
+		// Met while the nodes are fresh: each keeps the epoch restore
+		// pending for its first batch, however long it idles.
+		for range idlePool {
+			if err := r.addIdle(); err != nil {
+				return Report{}, err
+			}
+		}
+	}
 
-	r := &run{cfg: cfg, cluster: c, proxies: proxies, faults: map[string]int{}}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
 	defer cancel()
 	start := time.Now()
-	var wg sync.WaitGroup
 	for ei, e := range engines {
 		for w := range cfg.Workers {
-			wg.Go(func() { r.worker(ctx, e, fmt.Sprintf("e%d/w%d", ei, w)) })
+			r.wg.Go(func() { r.worker(ctx, e, fmt.Sprintf("e%d/w%d", ei, w)) })
 		}
 	}
 	if cfg.Faults {
-		wg.Go(func() { r.inject(ctx) })
+		r.wg.Go(func() { r.inject(ctx) })
 	}
 	if cfg.Logf != nil {
-		wg.Go(func() { r.progress(ctx, start) })
+		r.wg.Go(func() { r.progress(ctx, start) })
 	}
-	wg.Wait()
+	r.wg.Wait()
 
 	rep := Report{Duration: time.Since(start), Faults: r.faults, Lost: int(r.lost.Load()),
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
-		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load())}
-	rep.Overlaps, rep.TokenRegressions = r.rec.Check()
+		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), ClockJumps: r.jumps,
+		Timeline: r.timeline}
+	overlaps, regressions := r.rec.Check()
+	rep.Overlaps, rep.ClockOverlaps = splitClock(overlaps, r.jumps)
+	for _, g := range regressions {
+		if g.aheadOfHost() {
+			rep.ClockRegressions++
+		} else {
+			rep.TokenRegressions++
+		}
+	}
+	rep.OverlapStale, rep.ClockStale = Stale(rep.Overlaps), Stale(rep.ClockOverlaps)
 	rep.Writes, rep.StaleRejected = r.store.Counts()
 	rep.AcquireP99, rep.AcquireP99Down = p99(r.latUp), p99(r.latDown)
 	return rep, nil
+}
+
+// splitClock sets apart the overlaps that a clock jump explains.
+func splitClock(overlaps []Overlap, jumps []ClockJump) (ours, clock []Overlap) {
+	for _, o := range overlaps {
+		if slices.ContainsFunc(jumps, func(j ClockJump) bool { return j.explains(o) }) {
+			clock = append(clock, o)
+		} else {
+			ours = append(ours, o)
+		}
+	}
+	return ours, clock
 }
 
 func withDefaults(c Config) Config {
@@ -147,15 +347,43 @@ func withDefaults(c Config) Config {
 	if c.TTL == 0 {
 		c.TTL = 300 * time.Millisecond
 	}
+	if c.Kinds == nil {
+		c.Kinds = Kinds()
+	}
 	return c
 }
+
+func (c *Config) kind(k string) bool { return slices.Contains(c.Kinds, k) }
+
+// quarantine is how long after a restart the engines keep a node out.
+func (c *Config) quarantine() time.Duration {
+	switch {
+	case c.RestartQuarantine < 0:
+		return 0
+	case c.RestartQuarantine > 0:
+		return c.RestartQuarantine
+	}
+	return c.TTL // the engine's default: MaxTTL, which is the TTL here
+}
+
+const (
+	// workHealth is the health interval of the engines that work: they
+	// notice a restart within a third of the default TTL.
+	workHealth = 100 * time.Millisecond
+	// idlePool is how many idle engines wait for an idle-engine fault.
+	idlePool = 4
+	// maxJoined bounds the engines that joined mid-run; the oldest retires.
+	maxJoined = 2
+)
 
 type run struct {
 	cfg     Config
 	cluster *redisproc.Cluster
 	proxies []*Proxy
+	addrs   []string // the proxies', which the engines dial
 	rec     Recorder
 	store   Store
+	wg      sync.WaitGroup // workers, injector, progress, retiring engines
 
 	nodesDown atomic.Int32 // nodes dead or paused right now
 	failures  atomic.Int64
@@ -163,67 +391,147 @@ type run struct {
 	pauses    atomic.Int64
 	noDone    atomic.Int64
 
+	// The injector's own: Run sets them up before the injector starts
+	// and reads them after it ended; meanwhile only the injector does.
+	restarted []time.Time // each node's last restart
+	idle      []*idleEngine
+	joined    []*joinedEngine
+	joins     int
+	jumps     []ClockJump
+	timeline  []Injected
+
 	mu      sync.Mutex
+	engines []*engine.Engine // every engine not yet closed
 	faults  map[string]int
 	latUp   []time.Duration
 	latDown []time.Duration
 }
 
-// worker takes leases on random resources until ctx ends. A holder works
-// a little, writes to the fenced store with its token and releases. One in
-// twenty is a long holder: auto-extended for up to 3 TTLs, it works for 1
-// to 2 and may be lost meanwhile. With faults on, one in 30 pauses past
-// its validity before writing, as a holder stopped by GC or a frozen VM
-// would.
+// idleEngine is an engine that acquires nothing until its fault comes.
+type idleEngine struct {
+	e     *engine.Engine
+	since time.Time
+}
+
+// joinedEngine is an engine created mid-run, with workers of its own.
+type joinedEngine struct {
+	e      *engine.Engine
+	cancel context.CancelFunc
+	work   sync.WaitGroup
+}
+
+// newEngine creates an engine over the proxies, closed by closeEngines
+// unless closed before.
+func (r *run) newEngine(health time.Duration) (*engine.Engine, error) {
+	e, err := engine.New(engine.Config{
+		Nodes: r.addrs, TTL: r.cfg.TTL, RestartQuarantine: r.cfg.RestartQuarantine,
+		HealthInterval: health, RetryAttempts: 8,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.engines = append(r.engines, e)
+	r.mu.Unlock()
+	return e, nil
+}
+
+func (r *run) closeEngine(e *engine.Engine) {
+	r.mu.Lock()
+	r.engines = slices.DeleteFunc(r.engines, func(x *engine.Engine) bool { return x == e })
+	r.mu.Unlock()
+	_ = e.Close()
+}
+
+func (r *run) closeEngines() {
+	r.mu.Lock()
+	engines := r.engines
+	r.engines = nil
+	r.mu.Unlock()
+	for _, e := range engines {
+		_ = e.Close()
+	}
+}
+
+// addIdle adds an engine to the idle pool. It probes like a service at
+// rest would (the engine's default interval), not like the workers.
+func (r *run) addIdle() error {
+	e, err := r.newEngine(0)
+	if err != nil {
+		return err
+	}
+	r.idle = append(r.idle, &idleEngine{e: e, since: time.Now()})
+	return nil
+}
+
+// worker takes leases on random resources until ctx ends.
 func (r *run) worker(ctx context.Context, e *engine.Engine, name string) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	retry := engine.WithRetry(func() backoff.BackOff {
-		return backoff.NewExponentialBackOff(backoff.WithInitialInterval(time.Millisecond),
-			backoff.WithMaxInterval(20*time.Millisecond), backoff.WithMaxElapsedTime(0))
-	})
 	for ctx.Err() == nil {
-		resource := fmt.Sprintf("res-%d", rng.IntN(r.cfg.Resources))
-		long := rng.IntN(20) == 0
-		opts := []engine.Option{engine.WithFencing(), retry}
-		work := time.Duration(rng.IntN(3000)) * time.Microsecond
-		if long {
-			opts = append(opts, engine.WithAutoExtend(3*r.cfg.TTL))
-			work = r.cfg.TTL + time.Duration(rng.Int64N(int64(r.cfg.TTL)))
+		if err := r.hold(ctx, e, name, rng); err != nil && ctx.Err() == nil {
+			r.failures.Add(1)
 		}
-		down := r.nodesDown.Load() > 0
-		start := time.Now()
-		l, err := e.Acquire(ctx, resource, opts...)
-		if err != nil {
-			if ctx.Err() == nil {
-				r.failures.Add(1)
-			}
-			continue
-		}
-		acquired := time.Now()
-		r.latency(acquired.Sub(start), down)
-		h := r.rec.Held(resource, name, acquired, l.Until(), l.Token())
-
-		if r.cfg.Faults && !long && rng.IntN(30) == 0 {
-			r.pauses.Add(1)
-			time.Sleep(time.Until(l.Until()) + time.Duration(rng.IntN(50))*time.Millisecond)
-			r.store.Write(resource, l.Token()) // a newer holder may have written: refused
-			r.checkDone(l)
-			continue
-		}
-		select {
-		case <-time.After(work):
-		case <-l.Done():
-		}
-		select {
-		case <-l.Done(): // lost (or expired) while working: stop, do not write
-			r.rec.Ended(h, time.Now(), l.Until())
-		default:
-			r.store.Write(resource, l.Token())
-			r.rec.Ended(h, time.Now(), l.Until())
-			_ = l.Release(context.Background())
-		}
-		r.checkDone(l)
 	}
+}
+
+// workerRetry is the workers' schedule: quick, capped, bounded by the engine's
+// attempts.
+var workerRetry = engine.WithRetry(func() backoff.BackOff {
+	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(time.Millisecond),
+		backoff.WithMaxInterval(20*time.Millisecond), backoff.WithMaxElapsedTime(0))
+})
+
+// hold takes a lease on a random resource and acts as its holder: it
+// works a little, writes to the fenced store with its token and releases.
+// One in twenty is a long holder: auto-extended for up to 3 TTLs, it works
+// for 1 to 2 and may be lost meanwhile. With faults on, one in 30 pauses
+// past its validity before writing, as a holder stopped by GC or a frozen
+// VM would. It returns Acquire's error.
+func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand.Rand) error {
+	resource := fmt.Sprintf("res-%d", rng.IntN(r.cfg.Resources))
+	long := rng.IntN(20) == 0
+	opts := []engine.Option{engine.WithFencing(), workerRetry}
+	work := time.Duration(rng.IntN(3000)) * time.Microsecond
+	if long {
+		opts = append(opts, engine.WithAutoExtend(3*r.cfg.TTL))
+		work = r.cfg.TTL + time.Duration(rng.Int64N(int64(r.cfg.TTL)))
+	}
+	down := r.nodesDown.Load() > 0
+	start := time.Now()
+	l, err := e.Acquire(ctx, resource, opts...)
+	if err != nil {
+		return err
+	}
+	acquired := time.Now()
+	r.latency(acquired.Sub(start), down)
+	h := r.rec.Held(resource, name, l.Value(), acquired, l.Until(), l.Token())
+
+	if r.cfg.Faults && !long && rng.IntN(30) == 0 {
+		r.pauses.Add(1)
+		time.Sleep(time.Until(l.Until()) + time.Duration(rng.IntN(50))*time.Millisecond)
+		r.write(h, l) // a newer holder may have written: refused
+		r.checkDone(l)
+		return nil
+	}
+	select {
+	case <-time.After(work):
+	case <-l.Done():
+	}
+	select {
+	case <-l.Done(): // lost (or expired) while working: stop, do not write
+		r.rec.Ended(h, time.Now(), l.Until())
+	default:
+		r.write(h, l)
+		r.rec.Ended(h, time.Now(), l.Until())
+		_ = l.Release(context.Background())
+	}
+	r.checkDone(l)
+	return nil
+}
+
+func (r *run) write(h *Holding, l *engine.Lease) {
+	ok, at := r.store.write(l.Resource(), l.Token())
+	r.rec.Wrote(h, at, ok)
 }
 
 // checkDone counts a lease whose Done did not close by its deadline (plus
@@ -250,70 +558,255 @@ func (r *run) latency(d time.Duration, down bool) {
 	r.mu.Unlock()
 }
 
-// inject breaks nodes in turn: one node killed with -9 and restarted
-// without persistence, one paused (SIGSTOP, then SIGCONT), one link slowed,
-// and now and then a majority paused for longer than a TTL, or a restart
-// that only restart quarantine makes safe.
+// inject breaks nodes, one fault at a time: each round injects every
+// chosen kind once, in random order (kill+restart, pause and slow link
+// twice), with a short calm between faults.
 func (r *run) inject(ctx context.Context) {
+	defer r.retireAll()
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-	sleep := func(d time.Duration) bool {
+	var round []string
+	for _, k := range r.cfg.Kinds {
+		round = append(round, k)
+		if k == FaultKillRestart || k == FaultPause || k == FaultSlowLink {
+			round = append(round, k)
+		}
+	}
+	if len(round) == 0 {
+		return
+	}
+	for ctx.Err() == nil {
+		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
+		for _, kind := range round {
+			if !sleep(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
+				return
+			}
+			k := rng.IntN(len(r.cluster.Nodes))
+			start := time.Now()
+			err := r.fault(ctx, rng, kind, k)
+			f := Injected{Kind: kind, Node: k, Start: start, End: time.Now()}
+			if kind == FaultNewEngine {
+				f.Node = -1 // hits no node
+			}
+			r.timeline = append(r.timeline, f)
+			if err != nil {
+				if r.cfg.Logf != nil && ctx.Err() == nil {
+					r.cfg.Logf("safety: %s fault not injected: %v", kind, err)
+				}
+				continue
+			}
+			r.mu.Lock()
+			r.faults[kind]++
+			r.mu.Unlock()
+		}
+	}
+}
+
+// sleep waits d unless ctx ends first; false if it did.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// fault injects one fault of kind on node k (and the next ones, for
+// faults that hit several), or says why it could not.
+func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) error {
+	nodes := len(r.cluster.Nodes)
+	n := r.cluster.Nodes[k]
+	hold := time.Duration(150+rng.IntN(450)) * time.Millisecond
+	switch kind {
+	case FaultKillRestart:
+		r.nodesDown.Add(1)
+		defer r.nodesDown.Add(-1)
+		_ = n.Kill()
+		sleep(ctx, hold)
+		return r.restart(k, n.Restart) // empty: no persistence
+	case FaultPause:
+		r.nodesDown.Add(1)
+		_ = n.Pause()
+		sleep(ctx, hold)
+		_ = n.Resume()
+		r.nodesDown.Add(-1)
+	case FaultMajorityPause: // no quorum for a while: leases are lost, none granted
+		r.nodesDown.Add(3)
+		for j := range 3 {
+			_ = r.cluster.Nodes[(k+j)%nodes].Pause()
+		}
+		sleep(ctx, r.cfg.TTL+hold)
+		for j := range 3 {
+			_ = r.cluster.Nodes[(k+j)%nodes].Resume()
+		}
+		r.nodesDown.Add(-3)
+	case FaultBareMajority:
+		// The Redlock critique's case: with two nodes dead, leases live
+		// on exactly three; one of those loses its data, and the dead
+		// two come back empty. Only restart quarantine keeps a
+		// contender from taking those three while a holder holds.
+		a, b, c := k, (k+1)%nodes, (k+2)%nodes
+		r.nodesDown.Add(2)
+		_, _ = r.cluster.Nodes[a].Kill(), r.cluster.Nodes[b].Kill()
+		sleep(ctx, hold)
+		_ = r.cluster.Nodes[c].Kill()
+		var errs []error
+		for _, i := range []int{c, a, b} {
+			errs = append(errs, r.restart(i, r.cluster.Nodes[i].Restart))
+		}
+		r.nodesDown.Add(-2)
+		return errors.Join(errs...)
+	case FaultSlowLink:
+		r.proxies[k].SetDelay(time.Duration(5+rng.IntN(60)) * time.Millisecond)
+		sleep(ctx, hold)
+		r.proxies[k].SetDelay(0)
+	case FaultScriptFlush:
+		_, err := n.Do(ctx, "SCRIPT", "FLUSH")
+		return err
+	case FaultClientKill:
+		_, err := n.Do(ctx, "CLIENT", "KILL", "TYPE", "normal")
+		return err
+	case FaultDebugSleep:
+		woke, err := n.Stall(time.Duration(50+rng.IntN(250)) * time.Millisecond)
+		if err != nil {
+			return err
+		}
+		r.nodesDown.Add(1)
 		select {
+		case <-woke:
 		case <-ctx.Done():
-			return false
-		case <-time.After(d):
-			return true
+		}
+		r.nodesDown.Add(-1)
+	case FaultSnapshotRestart:
+		if err := n.Save(ctx); err != nil {
+			return err
+		}
+		sleep(ctx, hold/2) // leases come and go after the snapshot
+		r.nodesDown.Add(1)
+		defer r.nodesDown.Add(-1)
+		return r.restart(k, n.RestartFromSnapshot)
+	case FaultIdleEngine:
+		return r.idleAcquire(ctx, rng, k)
+	case FaultNewEngine:
+		return r.join(ctx)
+	case FaultClockJump:
+		return r.clockJump(ctx, rng, k)
+	}
+	return nil
+}
+
+// restart runs a restart of node k and notes when it ended.
+func (r *run) restart(k int, restart func() error) error {
+	err := restart()
+	r.restarted[k] = time.Now()
+	return err
+}
+
+// idleAcquire restarts node k empty and at once has the engine that idled
+// longest acquire, hold and release a random resource. A fresh engine
+// takes its place in the pool.
+func (r *run) idleAcquire(ctx context.Context, rng *rand.Rand, k int) error {
+	if len(r.idle) == 0 {
+		return errors.New("no idle engine left") // addIdle failed
+	}
+	idle := r.idle[0]
+	r.idle = r.idle[1:]
+	defer func() {
+		r.closeEngine(idle.e)
+		if ctx.Err() == nil {
+			if err := r.addIdle(); err != nil && r.cfg.Logf != nil {
+				r.cfg.Logf("safety: creating an idle engine: %v", err)
+			}
+		}
+	}()
+	// Idle for longer than the quarantine.
+	if !sleep(ctx, time.Until(idle.since.Add(r.cfg.quarantine()+time.Millisecond))) {
+		return ctx.Err()
+	}
+	n := r.cluster.Nodes[k]
+	r.nodesDown.Add(1)
+	_ = n.Kill()
+	err := r.restart(k, n.Restart)
+	r.nodesDown.Add(-1)
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, 2*r.cfg.TTL)
+	defer cancel()
+	_ = r.hold(actx, idle.e, fmt.Sprintf("idle@%v", time.Since(idle.since).Round(time.Millisecond)), rng)
+	return nil
+}
+
+// join creates an engine whose workers contend until the run ends or the
+// engine retires, the oldest joined engine retiring beyond maxJoined.
+func (r *run) join(ctx context.Context) error {
+	e, err := r.newEngine(workHealth)
+	if err != nil {
+		return err
+	}
+	jctx, cancel := context.WithCancel(ctx)
+	j := &joinedEngine{e: e, cancel: cancel}
+	r.joins++
+	for w := range max(1, r.cfg.Workers/2) {
+		name := fmt.Sprintf("new%d/w%d", r.joins, w)
+		j.work.Go(func() { r.worker(jctx, e, name) })
+	}
+	r.joined = append(r.joined, j)
+	if len(r.joined) > maxJoined {
+		r.retire(r.joined[0])
+		r.joined = r.joined[1:]
+	}
+	return nil
+}
+
+// retire stops a joined engine's workers and then closes it, without
+// holding up the injector.
+func (r *run) retire(j *joinedEngine) {
+	j.cancel()
+	r.wg.Go(func() {
+		j.work.Wait()
+		r.closeEngine(j.e)
+	})
+}
+
+func (r *run) retireAll() {
+	for _, j := range r.joined {
+		r.retire(j)
+	}
+	r.joined = nil
+}
+
+// clockJump steps node k's wall clock ahead by 2 to 4 TTLs while it serves
+// leases, so keys on it expire early. A node still on the host's clock is
+// first restarted with its clock ahead (empty, like any restart); the step
+// waits until every engine has stopped quarantining the node.
+func (r *run) clockJump(ctx context.Context, rng *rand.Rand, k int) error {
+	n := r.cluster.Nodes[k]
+	jump := time.Duration(2+rng.IntN(3)) * r.cfg.TTL
+	if n.ClockAhead() == 0 {
+		r.nodesDown.Add(1)
+		err := r.restart(k, func() error { return n.RestartClockAhead(jump) })
+		r.nodesDown.Add(-1)
+		if err != nil {
+			return err
 		}
 	}
-	kinds := []string{"kill+restart", "pause", "slow link", "kill+restart", "pause", "slow link", "majority pause", "restart under a bare majority"}
-	for i := 0; sleep(time.Duration(200+rng.IntN(400)) * time.Millisecond); i++ {
-		kind, k := kinds[i%len(kinds)], rng.IntN(len(r.cluster.Nodes))
-		n := r.cluster.Nodes[k]
-		r.mu.Lock()
-		r.faults[kind]++
-		r.mu.Unlock()
-		hold := time.Duration(200+rng.IntN(800)) * time.Millisecond
-		switch kind {
-		case "kill+restart":
-			r.nodesDown.Add(1)
-			_ = n.Kill()
-			sleep(hold)
-			_ = n.Restart() // empty: no persistence
-			r.nodesDown.Add(-1)
-		case "pause":
-			r.nodesDown.Add(1)
-			_ = n.Pause()
-			sleep(hold)
-			_ = n.Resume()
-			r.nodesDown.Add(-1)
-		case "majority pause": // no quorum for a while: leases are lost, none granted
-			r.nodesDown.Add(3)
-			for j := range 3 {
-				_ = r.cluster.Nodes[(k+j)%len(r.cluster.Nodes)].Pause()
-			}
-			sleep(r.cfg.TTL + hold)
-			for j := range 3 {
-				_ = r.cluster.Nodes[(k+j)%len(r.cluster.Nodes)].Resume()
-			}
-			r.nodesDown.Add(-3)
-		case "restart under a bare majority":
-			// The Redlock critique's case: with two nodes dead, leases live
-			// on exactly three; one of those loses its data, and the dead
-			// two come back empty. Only restart quarantine keeps a
-			// contender from taking those three while a holder holds.
-			nodes := len(r.cluster.Nodes)
-			a, b, c := r.cluster.Nodes[k], r.cluster.Nodes[(k+1)%nodes], r.cluster.Nodes[(k+2)%nodes]
-			r.nodesDown.Add(2)
-			_, _ = a.Kill(), b.Kill()
-			sleep(hold)
-			_ = c.Kill()
-			_, _, _ = c.Restart(), a.Restart(), b.Restart()
-			r.nodesDown.Add(-2)
-		case "slow link":
-			r.proxies[k].SetDelay(time.Duration(5+rng.IntN(60)) * time.Millisecond)
-			sleep(hold)
-			r.proxies[k].SetDelay(0)
-		}
+	serving := r.restarted[k].Add(r.cfg.quarantine() + time.Duration(100+rng.IntN(200))*time.Millisecond)
+	if !sleep(ctx, time.Until(serving)) {
+		return ctx.Err()
 	}
+	keys, err := lockKeys(ctx, n)
+	if err != nil {
+		return err
+	}
+	ahead := n.ClockAhead() + jump
+	from := time.Now()
+	err = n.SetClockAhead(ahead)
+	// Recorded even on error: the clock moved before TIME was read.
+	r.jumps = append(r.jumps, ClockJump{Node: k, From: from, To: time.Now(), Ahead: ahead, Keys: keys})
+	return err
 }
 
 func (r *run) progress(ctx context.Context, start time.Time) {
@@ -326,7 +819,7 @@ func (r *run) progress(ctx context.Context, start time.Time) {
 		case <-t.C:
 			ov, _ := r.rec.Check()
 			w, s := r.store.Counts()
-			r.cfg.Logf("safety: %v: %d acquisitions, %d overlaps, %d writes, %d stale rejected",
+			r.cfg.Logf("safety: %v: %d acquisitions, %d overlaps (clock jumps included), %d writes, %d stale rejected",
 				time.Since(start).Round(time.Second), r.rec.Count(), len(ov), w, s)
 		}
 	}

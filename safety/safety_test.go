@@ -9,7 +9,9 @@ import (
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
-// The bounded run CI does: every fault kind, and every property must hold.
+// The bounded run CI does: every fault kind a few times, and every
+// property must hold. Overlaps that a clock jump explains are reported
+// apart (Report.ClockReport) and do not fail it.
 //
 //	go test -run BoundedRun -v ./safety/
 func TestBoundedRunWithFaults(t *testing.T) {
@@ -19,19 +21,23 @@ func TestBoundedRunWithFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log(rep)
+	t.Log(rep.ClockReport())
 	if !rep.OK() {
-		t.Fatalf("safety violated: %v", rep)
+		t.Errorf("safety violated: %v", rep)
 	}
 	if rep.Acquisitions < 200 {
-		t.Fatalf("only %d acquisitions: the run did not exercise much", rep.Acquisitions)
+		t.Errorf("only %d acquisitions: the run did not exercise much", rep.Acquisitions)
 	}
-	for _, kind := range []string{"kill+restart", "pause", "slow link", "majority pause", "restart under a bare majority"} {
-		if rep.Faults[kind] == 0 {
-			t.Fatalf("no %s fault injected: %v", kind, rep.Faults)
+	for _, kind := range Kinds() {
+		if rep.Faults[kind] < 3 {
+			t.Errorf("%s fault injected %d times, want at least 3: %v", kind, rep.Faults[kind], rep.Faults)
 		}
 	}
+	if len(rep.ClockJumps) != rep.Faults[FaultClockJump] {
+		t.Errorf("%d clock jumps recorded for %d clock-jump faults", len(rep.ClockJumps), rep.Faults[FaultClockJump])
+	}
 	if rep.LatePauses == 0 {
-		t.Fatal("no holder paused past its validity")
+		t.Error("no holder paused past its validity")
 	}
 }
 
@@ -42,11 +48,7 @@ func TestBoundedRunWithFaults(t *testing.T) {
 // an overlap. With it, node 1, 4 and 5 sit out and B waits.
 func TestCheckerCatchesRestartWithoutQuarantine(t *testing.T) {
 	c := redisproc.Start(t, 5)
-	for _, n := range c.Nodes { // nodes that served redlease before
-		if err := engine.MarkNew(t.Context(), engine.Config{Nodes: []string{n.Addr()}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seedEpoch(t, c) // nodes that served redlease before
 	if off := restartScenario(t, c, "off", -1); len(off) == 0 {
 		t.Fatal("quarantine off: the checker saw no overlap")
 	} else {
@@ -83,7 +85,7 @@ func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine
 	if err != nil {
 		t.Fatalf("A: %v", err)
 	}
-	rec.Held(resource, "A", time.Now(), la.Until(), 0)
+	rec.Held(resource, "A", la.Value(), time.Now(), la.Until(), 0)
 	for _, i := range []int{0, 3, 4} { // node 1 loses A's key; 4 and 5 come back empty
 		if err := c.Nodes[i].Restart(); err != nil {
 			t.Fatal(err)
@@ -92,7 +94,7 @@ func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine
 	bctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond) // within A's validity
 	defer cancel()
 	if lb, err := b.Acquire(bctx, resource); err == nil {
-		rec.Held(resource, "B", time.Now(), lb.Until(), 0)
+		rec.Held(resource, "B", lb.Value(), time.Now(), lb.Until(), 0)
 	}
 	overlaps, _ := rec.Check()
 	if quarantine >= 0 {
@@ -103,10 +105,6 @@ func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine
 			}
 		}
 	}
-	for _, n := range c.Nodes { // leave the nodes as they were
-		if err := engine.MarkNew(ctx, engine.Config{Nodes: []string{n.Addr()}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	seedEpoch(t, c) // leave the nodes as they were
 	return overlaps
 }

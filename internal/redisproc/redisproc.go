@@ -1,11 +1,25 @@
 // Package redisproc starts real redis-server processes on loopback for tests
 // and benchmarks, and breaks them on demand: kill, pause (SIGSTOP), resume
-// (SIGCONT) and restart on the same port with an empty dataset.
+// (SIGCONT), stall (DEBUG SLEEP), restart on the same port with an empty
+// dataset or from a snapshot, and run a node's wall clock ahead of the
+// host's.
 //
-// Every process runs without persistence, listens only on 127.0.0.1 and
-// writes its output to a log file in its own temporary directory. Close
-// kills every process and removes the directories; on Linux the processes
-// are also killed by the kernel if the parent process dies first.
+// Every process listens only on 127.0.0.1, accepts DEBUG from local
+// connections (--enable-debug-command local), and writes its output to a
+// log file in its own temporary directory. Nothing is persisted on its
+// own (no save points, no AOF): a snapshot exists only once Save wrote
+// one, and only RestartFromSnapshot loads it; Restart always starts empty.
+// Close kills every process and removes the directories; on Linux the
+// processes are also killed by the kernel if the parent process dies
+// first.
+//
+// Clock jumps (RestartClockAhead, SetClockAhead; Linux only) preload a
+// small library of this package, built from clockshim/clockshim.c with the
+// system C compiler on first use, that adds an offset to the process's
+// gettimeofday and time: the calls redis-server 7.0 reads the wall clock
+// with, for key expiry and TIME. libfaketime cannot do it: version 0.9.10
+// deadlocks redis-server builds linked with jemalloc (Debian's), whose
+// first clock_gettime re-enters libfaketime's initialisation.
 package redisproc
 
 import (
@@ -14,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -114,7 +129,8 @@ type Node struct {
 	cmd    *exec.Cmd     // nil while not running
 	exited chan struct{} // closed when cmd.Wait returns
 	client rueidis.Client
-	gen    int // bumped whenever the process is killed or replaced
+	gen    int        // bumped whenever the process is killed or replaced
+	clock  *clockFile // the node's clock offset; nil: the host's clock
 	closed bool
 }
 
@@ -169,8 +185,12 @@ func (n *Node) launch() error {
 		"--daemonize", "no",
 		"--logfile", "",
 		"--dir", n.dir,
+		"--enable-debug-command", "local", // DEBUG SLEEP stalls a node
 	)
 	cmd.Dir = n.dir
+	if n.clock != nil {
+		cmd.Env = append(os.Environ(), "LD_PRELOAD="+n.clock.shim, clockEnv+"="+n.clock.path)
+	}
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = sysProcAttr()
@@ -346,7 +366,9 @@ func (n *Node) signal(sig syscall.Signal, want byte) error {
 
 // Restart kills the process if it is running and starts a new one on the
 // same port with an empty dataset (and a new run_id), retrying while the
-// port is briefly busy. It waits until the new process answers PING.
+// port is briefly busy. A snapshot written by Save is deleted first, so the
+// new process never loads it. It waits until the new process answers PING.
+// A node whose clock was set ahead keeps it, as a machine would.
 func (n *Node) Restart() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -354,6 +376,46 @@ func (n *Node) Restart() error {
 		return errClosed
 	}
 	n.stopLocked()
+	if err := os.Remove(n.snapshot()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("redisproc: %w", err)
+	}
+	return n.relaunchLocked()
+}
+
+// Save writes a snapshot of the node's dataset (SAVE) for
+// RestartFromSnapshot; a later Save replaces it.
+func (n *Node) Save(ctx context.Context) error {
+	_, err := n.Do(ctx, "SAVE")
+	return err
+}
+
+// RestartFromSnapshot kills the process with SIGKILL, if it is running,
+// and starts a new one on the same port and directory, which loads the
+// snapshot of the last Save: the new process has the keys as of that Save
+// (less those that expired since, by its clock), none of the writes made
+// after it, and a new run_id. This is a restart with RDB persistence whose
+// last background save came before the latest writes. When Save was never
+// called it fails and leaves the process alone, rather than start empty.
+func (n *Node) RestartFromSnapshot() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return errClosed
+	}
+	if _, err := os.Stat(n.snapshot()); err != nil {
+		return fmt.Errorf("redisproc: %s has no snapshot to restart from (call Save first): %w", n.Addr(), err)
+	}
+	n.stopLocked()
+	return n.relaunchLocked()
+}
+
+// snapshot is where SAVE writes: redis-server's default file name in the
+// node's directory.
+func (n *Node) snapshot() string { return filepath.Join(n.dir, "dump.rdb") }
+
+// relaunchLocked starts the process again on n.port, retrying while the
+// port is briefly busy. The caller holds n.mu and stopped the old process.
+func (n *Node) relaunchLocked() error {
 	var err error
 	for range bindAttempts {
 		if err = n.launch(); !errors.Is(err, errBusy) {
@@ -373,6 +435,9 @@ func (n *Node) close() {
 	}
 	n.stopLocked()
 	n.closed = true
+	if n.clock != nil {
+		n.clock.close()
+	}
 	os.RemoveAll(n.dir)
 }
 

@@ -1,0 +1,367 @@
+package safety
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// Deterministic replays of schedules that once gave two holders at once
+// (DESIGN.md §3, "Lessons paid for"). Each builds its schedule step by
+// step on real nodes, waiting on conditions rather than on luck, and fails
+// when two leases on one resource are held at the same time.
+//
+//	go test -race -count=1 -run Schedule -v ./safety/
+
+// seedEpoch marks every node of c as one that served redlease and kept its
+// data, so restart quarantine does not hold back tests that are not about
+// it. It is the one place that knows how a node is marked.
+func seedEpoch(t testing.TB, c *redisproc.Cluster) {
+	t.Helper()
+	if err := engine.MarkNew(t.Context(), engine.Config{Nodes: c.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newEngine(t *testing.T, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	return e
+}
+
+// holders tracks the leases of one resource in a schedule and checks that
+// no two are held at once.
+type holders struct {
+	t        *testing.T
+	c        *redisproc.Cluster
+	resource string
+	rec      Recorder
+	leases   map[string]*engine.Lease // by holder name
+}
+
+func newHolders(t *testing.T, c *redisproc.Cluster, resource string) *holders {
+	return &holders{t: t, c: c, resource: resource, leases: map[string]*engine.Lease{}}
+}
+
+// held records that name holds l since now.
+func (h *holders) held(name string, l *engine.Lease) {
+	h.rec.Held(h.resource, name, l.Value(), time.Now(), l.Until(), l.Token())
+	h.leases[name] = l
+}
+
+// check fails the test if two leases are held right now (Err() == nil and
+// Until() in the future) or if the recorded [acquired, Until] intervals of
+// two of them overlap.
+func (h *holders) check() {
+	h.t.Helper()
+	now := time.Now()
+	var live []string
+	for name, l := range h.leases {
+		if l.Err() == nil && l.Until().After(now) {
+			live = append(live, fmt.Sprintf("%s (until +%v)", name, l.Until().Sub(now).Round(time.Millisecond)))
+		}
+	}
+	slices.Sort(live)
+	overlaps, _ := h.rec.Check()
+	if len(live) > 1 || len(overlaps) > 0 {
+		h.t.Errorf("two holders of %q at once: held now by %s; overlapping holdings: %v; lock key on the nodes: %s",
+			h.resource, strings.Join(live, ", "), overlaps, h.owners())
+	}
+}
+
+// owners names the holder whose value each node keeps under the lock key.
+func (h *holders) owners() string {
+	var b strings.Builder
+	for i, n := range h.c.Nodes {
+		v, ok, err := n.Get(context.Background(), lockKey(h.resource))
+		who := v
+		for name, l := range h.leases {
+			if l.Value() == v {
+				who = name
+			}
+		}
+		switch {
+		case err != nil:
+			who = "error: " + err.Error()
+		case !ok:
+			who = "none"
+		}
+		fmt.Fprintf(&b, "node %d: %s; ", i+1, who)
+	}
+	return strings.TrimSuffix(b.String(), "; ")
+}
+
+// mustOwn fails the test unless node i keeps want (a holder's value, or
+// "" for no key) under the lock key: the schedule did not set up as meant.
+func (h *holders) mustOwn(i int, want string) {
+	h.t.Helper()
+	v, ok, err := h.c.Nodes[i].Get(h.t.Context(), lockKey(h.resource))
+	if err != nil || ok != (want != "") || v != want {
+		h.t.Fatalf("setup: node %d holds %q (exists %v, err %v), want %q; nodes: %s", i+1, v, ok, err, want, h.owners())
+	}
+}
+
+// waitQuarantines waits until no node of any engine is quarantined.
+func waitQuarantines(t *testing.T, engines ...*engine.Engine) {
+	t.Helper()
+	var until time.Time
+	for _, e := range engines {
+		for _, n := range e.Stats().Nodes {
+			if n.QuarantinedUntil.After(until) {
+				until = n.QuarantinedUntil
+			}
+		}
+	}
+	select {
+	case <-time.After(time.Until(until) + 10*time.Millisecond):
+	case <-t.Context().Done():
+		t.Fatal("cancelled while waiting for the quarantine to pass")
+	}
+}
+
+// (a) "A pending epoch restore lands on a node that has restarted since."
+// E1 meets fresh nodes (no epoch key), quarantines them for a TTL from
+// their start and keeps the restore of the epoch key pending for the front
+// of its next batch to each. It stays idle past the quarantine. E2 takes
+// R on nodes 1 and 2 (node 3 holds a foreign key then). Node 1 is killed
+// and restarted empty. E1's next Acquire(R) sends restore and acquire in
+// one batch to the new process, which grants at once: E1 holds R beside
+// E2. The restore must only reach the process that was judged safe.
+func TestScheduleRestoreOnRestartedNode(t *testing.T) {
+	c := redisproc.Start(t, 3) // fresh nodes: no epoch key
+	const resource = "restore-after-restart"
+	// No probes during the schedule: E1 is idle and learns nothing.
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 2 * time.Second, HealthInterval: time.Hour}
+	e1 := newEngine(t, cfg)
+	e2 := newEngine(t, cfg)
+	h := newHolders(t, c, resource)
+	ctx := t.Context()
+
+	for _, e := range []*engine.Engine{e1, e2} {
+		for i, n := range e.Stats().Nodes {
+			if !n.QuarantinedUntil.After(time.Now()) {
+				t.Fatalf("setup: fresh node %d not quarantined: %+v", i+1, n)
+			}
+		}
+	}
+	waitQuarantines(t, e1, e2)
+
+	if err := c.Nodes[2].Set(ctx, lockKey(resource), "foreign", 0); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := e2.TryAcquire(ctx, resource)
+	if err != nil {
+		t.Fatalf("setup: E2: %v", err)
+	}
+	h.held("E2", l2)
+	h.mustOwn(0, l2.Value())
+	h.mustOwn(1, l2.Value())
+	if _, err := c.Nodes[2].Do(ctx, "DEL", lockKey(resource)); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := c.Nodes[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nodes[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond) // well within E2's validity and node 1's quarantine
+	defer cancel()
+	l1, err := e1.Acquire(actx, resource)
+	if err == nil {
+		h.held("E1", l1)
+	} else {
+		t.Logf("E1 refused, as it should be: %v", err)
+	}
+	h.check()
+}
+
+// hookBackOff is a retry schedule that runs a hook when the first round
+// failed, before the second starts.
+type hookBackOff struct {
+	rounds atomic.Int32
+	hook   func()
+}
+
+func (b *hookBackOff) NextBackOff() time.Duration {
+	if b.rounds.Add(1) == 1 {
+		b.hook()
+	}
+	return 10 * time.Millisecond
+}
+
+func (b *hookBackOff) Reset() {}
+
+// scriptSHA is the SHA1 by which redlease calls the script in
+// ../node/<name>: the file the node package embeds.
+func scriptSHA(t *testing.T, name string) (body, sha string) {
+	t.Helper()
+	b, err := os.ReadFile("../node/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha1.Sum(b)
+	return string(b), hex.EncodeToString(sum[:])
+}
+
+// (b) "NOSCRIPT re-sends run after the rest of their batch." Node X's
+// script cache holds the acquire script but not the release script. X is
+// stalled (DEBUG SLEEP from another connection) with E1's acquire (round r)
+// in flight. Nodes A and B hold foreign keys, so round r fails at once; its
+// cleanup release (r+1) and, after A's foreign key is gone, the retry
+// acquire (r+2) queue at X behind the stalled batch and go out together.
+// The acquire is cached and grants "already mine"; the release answers
+// NOSCRIPT, is re-sent with EVAL after the batch and deletes the key. E1
+// counts X as granted, though X holds nothing of it, and E2 takes R
+// through B and X. Commands to one node must take effect in the order
+// issued, whatever the script cache holds.
+func TestScheduleNoscriptResendAfterBatch(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	seedEpoch(t, c)
+	const resource = "noscript-order"
+	a, b, x := c.Nodes[0], c.Nodes[1], c.Nodes[2]
+	ctx := t.Context()
+	// A node timeout longer than the stall: X's late answers still count.
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 10 * time.Second, NodeTimeout: 2 * time.Second, HealthInterval: time.Hour}
+	e1 := newEngine(t, cfg)
+	e2 := newEngine(t, cfg)
+	h := newHolders(t, c, resource)
+
+	acquireBody, acquireSHA := scriptSHA(t, "acquire.lua")
+	_, releaseSHA := scriptSHA(t, "release.lua")
+	if _, err := x.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatal(err)
+	}
+	if sha, err := x.Do(ctx, "SCRIPT", "LOAD", acquireBody); err != nil || sha != acquireSHA {
+		t.Fatalf("setup: SCRIPT LOAD = %v, %v; want %s", sha, err, acquireSHA)
+	}
+	if v, err := x.Do(ctx, "SCRIPT", "EXISTS", acquireSHA, releaseSHA); err != nil || fmt.Sprint(v) != "[1 0]" {
+		t.Fatalf("setup: SCRIPT EXISTS acquire release = %v, %v; want [1 0]", v, err)
+	}
+	for _, n := range []*redisproc.Node{a, b} {
+		if err := n.Set(ctx, lockKey(resource), "foreign", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	woke, err := x.Stall(500 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Round r fails on A and B; before round r+2, A's foreign key goes.
+	retry := &hookBackOff{hook: func() {
+		if _, err := a.Do(context.Background(), "DEL", lockKey(resource)); err != nil {
+			t.Errorf("setup: DEL on A: %v", err)
+		}
+	}}
+	l1, err := e1.Acquire(ctx, resource, engine.WithRetry(func() backoff.BackOff { return retry }))
+	if err != nil {
+		t.Fatalf("setup: E1: %v", err)
+	}
+	h.held("E1", l1)
+	if err := <-woke; err != nil {
+		t.Fatal(err)
+	}
+	if n := retry.rounds.Load(); n != 1 {
+		t.Fatalf("setup: E1 took %d failed rounds, want 1", n)
+	}
+	h.mustOwn(0, l1.Value())
+
+	if _, err := b.Do(ctx, "DEL", lockKey(resource)); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := e2.TryAcquire(ctx, resource)
+	if err == nil {
+		h.held("E2", l2)
+	} else {
+		t.Logf("E2 refused, as it should be: %v", err)
+	}
+	h.check()
+}
+
+// (c) "A restart that keeps the epoch key but loses recent writes is
+// trusted." E2 holds R on nodes 1 and 2, its keys written after node 1's
+// last snapshot. Node 1 restarts from that snapshot: it keeps the epoch
+// key but not R's key. An engine that reads the epoch key as "kept its
+// data" then takes R through nodes 1 and 3 beside E2: a new engine created
+// after the restart, and an engine that was running (its probe does not
+// notice: it reconnects and acquires). An epoch marker must say which
+// process wrote it.
+func TestScheduleSnapshotRestartTrusted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		running bool // the contender exists before the restart
+	}{
+		{"new engine", false},
+		{"running engine", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redisproc.Start(t, 3)
+			seedEpoch(t, c)
+			const resource = "snapshot-restart"
+			ctx := t.Context()
+			cfg := engine.Config{Nodes: c.Addrs(), TTL: 10 * time.Second, HealthInterval: time.Hour}
+			e2 := newEngine(t, cfg)
+			var contender *engine.Engine
+			if tc.running {
+				contender = newEngine(t, cfg)
+			}
+			h := newHolders(t, c, resource)
+
+			if err := c.Nodes[0].Save(ctx); err != nil { // the snapshot: epoch key, no lease
+				t.Fatal(err)
+			}
+			if err := c.Nodes[2].Set(ctx, lockKey(resource), "foreign", 0); err != nil {
+				t.Fatal(err)
+			}
+			l2, err := e2.TryAcquire(ctx, resource)
+			if err != nil {
+				t.Fatalf("setup: E2: %v", err)
+			}
+			h.held("E2", l2)
+			h.mustOwn(0, l2.Value())
+			h.mustOwn(1, l2.Value())
+			if _, err := c.Nodes[2].Do(ctx, "DEL", lockKey(resource)); err != nil {
+				t.Fatal(err)
+			}
+
+			if err := c.Nodes[0].RestartFromSnapshot(); err != nil {
+				t.Fatal(err)
+			}
+			h.mustOwn(0, "")
+			if _, ok, err := c.Nodes[0].Get(ctx, engine.DefaultKeyPrefix+"epoch"); !ok || err != nil {
+				t.Fatalf("setup: the snapshot lost the epoch key (ok=%v err=%v)", ok, err)
+			}
+
+			if !tc.running {
+				contender = newEngine(t, cfg)
+			}
+			actx, cancel := context.WithTimeout(ctx, time.Second) // well within E2's validity
+			defer cancel()
+			l, err := contender.Acquire(actx, resource)
+			if err == nil {
+				h.held("contender", l)
+			} else {
+				t.Logf("contender refused, as it should be: %v", err)
+			}
+			h.check()
+		})
+	}
+}
