@@ -12,6 +12,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/redlease/redlease/internal/leakcheck"
 	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/lease"
 )
@@ -664,7 +665,7 @@ func TestClose(t *testing.T) {
 	}
 	// rueidis goroutines of the test's own clients are still running here;
 	// TestMain checks those once every cluster is closed.
-	if leaked := waitNoLeaks(5*time.Second, "redlease/node", "redlease/lease", "redlease/engine.", "protoactor"); leaked != "" {
+	if leaked := leakcheck.Leaked(5*time.Second, "redlease/node", "redlease/lease", "redlease/engine.", "protoactor"); leaked != "" {
 		t.Fatalf("goroutines left after Close:\n%s", leaked)
 	}
 }
