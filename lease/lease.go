@@ -369,7 +369,8 @@ func (a *leaseActor) onDeadline() {
 	if a.phase != held || !a.state.hasEnded() {
 		return
 	}
-	a.sendAll(a.releaseCmd) // eager: the keys may outlive the validity
+	// No release: the lease ends EndMargin before Until, and its keys must
+	// keep others out until then. They expire on their own by the TTL.
 	a.wrapUp(a.state.err)
 }
 
