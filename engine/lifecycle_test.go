@@ -276,12 +276,14 @@ func TestAutoExtendMaxHoldBoundsExtend(t *testing.T) {
 	c := startNodes(t, 3)
 	e := newEngine(t, c.Addrs()) // Config.MaxHold (10 TTLs) does not apply
 	ctx := t.Context()
-	before := time.Now()
 	l, err := e.Acquire(ctx, "auto", WithTTL(ttl), WithAutoExtend(maxHold))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Until(before.Add(maxHold)))
+	// The max hold counts from the winning round's start, which is before
+	// Acquire returned: past returned+maxHold it has surely passed.
+	returned := time.Now()
+	time.Sleep(time.Until(returned.Add(maxHold + 10*time.Millisecond)))
 	// The last automatic extension started before maxHold, so the lease
 	// holds until well after it.
 	if err := l.Extend(ctx); !errors.Is(err, ErrMaxHold) {
