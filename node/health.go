@@ -30,9 +30,11 @@ const epochMissing = -1
 
 // Info is what a probe learns of a node.
 type Info struct {
-	RunID   string        // changes with every restart
-	Uptime  time.Duration // since the process started
-	Replica bool          // a read-only replica, useless for locking
+	RunID string // changes with every restart
+	// Uptime is how long the process has surely run: INFO's whole
+	// seconds less one, as both its ends are truncated to the second.
+	Uptime  time.Duration
+	Replica bool // a read-only replica, useless for locking
 	// Epoch is the epoch marker: the run id of the process that wrote it,
 	// "" when there is none.
 	Epoch  string
@@ -81,8 +83,11 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	info.Epoch, _ = res[3].ToString()
 	info.RunID = infoField(server, "run_id")
 	info.Replica = infoField(repl, "role") == "slave"
-	if s, err := strconv.ParseInt(infoField(server, "uptime_in_seconds"), 10, 64); err == nil {
-		info.Uptime = time.Duration(s) * time.Second
+	// uptime_in_seconds is now's whole second less the start's: a process
+	// started at .99 reports 1 at .01, so the true uptime may be up to a
+	// second less. Overstated, it would end a quarantine early.
+	if s, err := strconv.ParseInt(infoField(server, "uptime_in_seconds"), 10, 64); err == nil && s > 1 {
+		info.Uptime = time.Duration(s-1) * time.Second
 	}
 	if info.RunID == "" {
 		return Info{}, errors.New("redlease: INFO server has no run_id")
@@ -221,10 +226,12 @@ func (a *nodeActor) lostData(since time.Time, why string) {
 func (a *nodeActor) probeTimeout() time.Duration { return max(a.cfg.Timeout, 100*time.Millisecond) }
 
 func (a *nodeActor) probe(j job) {
-	m := &probed{at: time.Now()}
+	m := &probed{}
 	ctx, cancel := context.WithDeadline(context.Background(), j.deadline)
 	m.info, m.err = a.conn.Probe(ctx, a.cfg.EpochKey, j.prev)
 	cancel()
+	// After the answer: the process started no later than at - Uptime.
+	m.at = time.Now()
 	a.system.Root.Send(a.self, m)
 }
 

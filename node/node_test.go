@@ -319,18 +319,62 @@ func TestRestartQuarantine(t *testing.T) {
 	}
 	h.askUntil("r", Granted, 3*time.Second)
 
+	restarted := time.Now() // the new process starts after this
 	if err := h.server.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	restarted := time.Now()
 	waited := h.askUntil("r", Granted, 5*time.Second)
-	if since := time.Since(restarted); since < q-time.Second { // uptime is counted in whole seconds
+	if since := time.Since(restarted); since < q {
 		t.Fatalf("granted %v after the restart, within the %v quarantine", since, q)
 	}
 	if h.node.Stats().Restarts.Load() < 2 {
 		t.Fatalf("restarts counted: %d, want the fresh start and the restart", h.node.Stats().Restarts.Load())
 	}
 	t.Logf("granted again %v after the restart", waited)
+}
+
+// INFO's uptime_in_seconds is the difference of two whole-second clocks:
+// a process started just before a second boundary reports 1 s of uptime a
+// few milliseconds later. Counted as elapsed, that second ended a short
+// quarantine before it began. The quarantine must count from no earlier
+// than the process really started.
+func TestQuarantineCountsFromTheLatestPossibleStart(t *testing.T) {
+	const q = 400 * time.Millisecond
+	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: q, HealthInterval: time.Hour, First: trusted})
+	ctx := t.Context()
+	for try := 1; ; try++ {
+		// Start the process at .9 of a wall-clock second and look at its
+		// uptime just after the next second began.
+		now := time.Now()
+		at := now.Truncate(time.Second).Add(900 * time.Millisecond)
+		if !at.After(now) {
+			at = at.Add(time.Second)
+		}
+		time.Sleep(time.Until(at))
+		restarted := time.Now()
+		if err := h.server.Restart(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Until(at.Add(250 * time.Millisecond)))
+		info, err := h.server.Do(ctx, "INFO", "server")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if infoField(fmt.Sprint(info), "uptime_in_seconds") != "1" {
+			if try == 5 {
+				t.Fatal("setup: the restart never landed before a second boundary in 5 tries")
+			}
+			continue // it started after the boundary: try again
+		}
+		v := h.ask(&Acquire{Request: h.req("r", "me", uint64(try)), TTL: time.Minute})
+		if v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+			t.Fatalf("%v after a restart that INFO calls 1 s old: %+v, want ErrQuarantined", time.Since(restarted).Round(time.Millisecond), v)
+		}
+		if until := time.Unix(0, h.node.Stats().QuarantineUntil.Load()); until.Before(restarted.Add(q)) {
+			t.Fatalf("quarantined until %v after the restart began, want at least %v", until.Sub(restarted), q)
+		}
+		return
+	}
 }
 
 func TestQuarantineOff(t *testing.T) {

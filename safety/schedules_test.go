@@ -365,3 +365,94 @@ func TestScheduleSnapshotRestartTrusted(t *testing.T) {
 		})
 	}
 }
+
+// (d) "A restart just before a second boundary ends its quarantine at
+// once." INFO's uptime_in_seconds subtracts whole seconds: a process
+// started at .85 reports 1 s of uptime at .12 of the next second. An engine
+// that takes that for the uptime dates the start most of a second early,
+// and a quarantine shorter than that second is over before it began. E1
+// holds R on nodes 1 and 2; node 1 restarts empty at .85; just after the
+// second turns, a contender (new, or running since before the restart)
+// probes node 1, trusts it and takes R through nodes 1 and 3 beside E1.
+func TestScheduleRestartJustBeforeASecond(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		running bool // the contender exists before the restart
+	}{
+		{"new engine", false},
+		{"running engine", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := redisproc.Start(t, 3)
+			seedEpoch(t, c)
+			ctx := t.Context()
+			// The default quarantine is MaxTTL, here the TTL: well under a second.
+			cfg := engine.Config{Nodes: c.Addrs(), TTL: 600 * time.Millisecond, HealthInterval: time.Hour}
+			e1 := newEngine(t, cfg)
+			var contender *engine.Engine
+			if tc.running {
+				contender = newEngine(t, cfg)
+			}
+			for try := 1; ; try++ {
+				resource := fmt.Sprintf("restart-before-a-second-%d", try)
+				h := newHolders(t, c, resource)
+				if err := c.Nodes[2].Set(ctx, lockKey(resource), "foreign", 0); err != nil {
+					t.Fatal(err)
+				}
+				second := time.Now().Truncate(time.Second).Add(time.Second)
+				time.Sleep(time.Until(second.Add(-200 * time.Millisecond)))
+				l1, err := e1.TryAcquire(ctx, resource)
+				if err != nil {
+					t.Fatalf("setup: E1: %v", err)
+				}
+				h.held("E1", l1)
+				h.mustOwn(0, l1.Value())
+				h.mustOwn(1, l1.Value())
+				if _, err := c.Nodes[2].Do(ctx, "DEL", lockKey(resource)); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Nodes[0].Restart(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Until(second.Add(120 * time.Millisecond)))
+				if up := uptime(t, c.Nodes[0]); up != "1" || time.Until(l1.Until()) < 100*time.Millisecond {
+					// The process started after the second turned, or too late.
+					if try == 5 {
+						t.Fatalf("setup: 5 tries without a restart just before a second (uptime %s)", up)
+					}
+					_ = l1.Release(ctx)
+					continue
+				}
+				if !tc.running {
+					contender = newEngine(t, cfg)
+				}
+				actx, cancel := context.WithDeadline(ctx, l1.Until())
+				l, err := contender.Acquire(actx, resource)
+				cancel()
+				if err == nil {
+					h.held("contender", l)
+				} else {
+					t.Logf("contender refused, as it should be: %v", err)
+				}
+				h.check()
+				return
+			}
+		})
+	}
+}
+
+// uptime is the uptime_in_seconds node n reports.
+func uptime(t *testing.T, n *redisproc.Node) string {
+	t.Helper()
+	info, err := n.Do(t.Context(), "INFO", "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(fmt.Sprint(info)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
+			return v
+		}
+	}
+	t.Fatal("INFO server has no uptime_in_seconds")
+	return ""
+}
