@@ -2,6 +2,7 @@ package safety
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,6 +91,14 @@ func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine
 		if err := c.Nodes[i].Restart(); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// B asks once it has seen nodes 4 and 5 come back: its probes of a down
+	// node run every 10ms here.
+	for deadline := time.Now().Add(time.Second); slices.ContainsFunc(b.Stats().Nodes, func(n engine.NodeStats) bool { return n.Down }); {
+		if time.Now().After(deadline) {
+			t.Fatalf("B still sees a node down: %+v", b.Stats().Nodes)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	bctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond) // within A's validity
 	defer cancel()
