@@ -118,6 +118,8 @@ type Report struct {
 
 	// Timeline lists the faults injected, in order, to read overlaps by.
 	Timeline []Injected
+
+	log *engineLog // the engines' node warnings, printed beside overlaps
 }
 
 // Injected is one fault: its kind, the node it hit (an index into
@@ -207,7 +209,7 @@ func (r Report) String() string {
 		r.Duration.Round(time.Second), r.Acquisitions, r.AcquireFailures, len(r.Overlaps), r.TokenRegressions,
 		r.Writes, r.StaleRejected, r.LatePauses, r.Lost, r.EndedWithoutDone,
 		r.AcquireP99.Round(time.Microsecond), r.AcquireP99Down.Round(time.Microsecond), r.Faults)
-	r.writeOverlaps(&b, r.Overlaps)
+	r.writeOverlaps(&b, r.Overlaps, true)
 	if len(r.Overlaps) > 0 {
 		fmt.Fprintf(&b, "\n  stale holders' writes in these overlaps: %v", r.OverlapStale)
 	}
@@ -220,13 +222,14 @@ func (r Report) ClockReport() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "clock jumps (outside Redlock's assumptions, not violations): %d steps of a node's clock by more than a TTL; %d overlaps they explain; stale holders' writes in them: %v; %d token regressions after a token from a clock ahead",
 		len(r.ClockJumps), len(r.ClockOverlaps), r.ClockStale, r.ClockRegressions)
-	r.writeOverlaps(&b, r.ClockOverlaps)
+	r.writeOverlaps(&b, r.ClockOverlaps, false)
 	return b.String()
 }
 
 // writeOverlaps writes the first overlaps, each with the faults around it
-// (times from the second holder's acquisition).
-func (r Report) writeOverlaps(b *strings.Builder, overlaps []Overlap) {
+// (times from the second holder's acquisition) and, with logs, what the
+// two holders' engines logged of their nodes meanwhile.
+func (r Report) writeOverlaps(b *strings.Builder, overlaps []Overlap, logs bool) {
 	for i, o := range overlaps {
 		if i == 5 {
 			fmt.Fprintf(b, "\n  ... %d more", len(overlaps)-5)
@@ -240,6 +243,13 @@ func (r Report) writeOverlaps(b *strings.Builder, overlaps []Overlap) {
 			}
 			fmt.Fprintf(b, "\n    %s%s from %v to %v", f.Kind, where,
 				f.Start.Sub(o.Second.Acquired).Round(time.Millisecond), f.End.Sub(o.Second.Acquired).Round(time.Millisecond))
+		}
+		if !logs || r.log == nil {
+			continue
+		}
+		for _, l := range r.log.between(o.First.Acquired.Add(-time.Second), o.Second.Acquired.Add(100*time.Millisecond),
+			engineOf(o.First.Holder), engineOf(o.Second.Holder)) {
+			fmt.Fprintf(b, "\n    %v %s: %s", l.At.Sub(o.Second.Acquired).Round(time.Millisecond), l.Engine, l.Text)
 		}
 	}
 }
@@ -265,10 +275,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		defer p.Close()
 		r.proxies[i], r.addrs[i] = p, p.Addr()
 	}
+	r.log = newEngineLog(r.addrs)
 	defer r.closeEngines()
 	var engines []*engine.Engine
-	for range cfg.Engines {
-		e, err := r.newEngine(workHealth)
+	for ei := range cfg.Engines {
+		e, err := r.newEngine(fmt.Sprintf("e%d", ei), workHealth)
 		if err != nil {
 			return Report{}, err
 		}
@@ -303,7 +314,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{Duration: time.Since(start), Faults: r.faults, Lost: int(r.lost.Load()),
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
 		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), ClockJumps: r.jumps,
-		Timeline: r.timeline}
+		Timeline: r.timeline, log: r.log}
 	overlaps, regressions := r.rec.Check()
 	rep.Overlaps, rep.ClockOverlaps = splitClock(overlaps, r.jumps)
 	for _, g := range regressions {
@@ -383,6 +394,8 @@ type run struct {
 	addrs   []string // the proxies', which the engines dial
 	rec     Recorder
 	store   Store
+	log     *engineLog
+	idles   int            // idle engines made, to name them
 	wg      sync.WaitGroup // workers, injector, progress, retiring engines
 
 	nodesDown atomic.Int32 // nodes dead or paused right now
@@ -409,6 +422,7 @@ type run struct {
 
 // idleEngine is an engine that acquires nothing until its fault comes.
 type idleEngine struct {
+	name  string
 	e     *engine.Engine
 	since time.Time
 }
@@ -422,10 +436,11 @@ type joinedEngine struct {
 
 // newEngine creates an engine over the proxies, closed by closeEngines
 // unless closed before.
-func (r *run) newEngine(health time.Duration) (*engine.Engine, error) {
+// newEngine makes an engine named name (the prefix of its holders' names).
+func (r *run) newEngine(name string, health time.Duration) (*engine.Engine, error) {
 	e, err := engine.New(engine.Config{
 		Nodes: r.addrs, TTL: r.cfg.TTL, RestartQuarantine: r.cfg.RestartQuarantine,
-		HealthInterval: health, RetryAttempts: 8,
+		HealthInterval: health, RetryAttempts: 8, Logger: r.log.logger(name),
 	})
 	if err != nil {
 		return nil, err
@@ -456,11 +471,13 @@ func (r *run) closeEngines() {
 // addIdle adds an engine to the idle pool. It probes like a service at
 // rest would (the engine's default interval), not like the workers.
 func (r *run) addIdle() error {
-	e, err := r.newEngine(0)
+	r.idles++
+	name := fmt.Sprintf("idle%d", r.idles)
+	e, err := r.newEngine(name, 0)
 	if err != nil {
 		return err
 	}
-	r.idle = append(r.idle, &idleEngine{e: e, since: time.Now()})
+	r.idle = append(r.idle, &idleEngine{name: name, e: e, since: time.Now()})
 	return nil
 }
 
@@ -510,7 +527,7 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 		r.pauses.Add(1)
 		time.Sleep(time.Until(l.Until()) + time.Duration(rng.IntN(50))*time.Millisecond)
 		r.write(h, l) // a newer holder may have written: refused
-		r.checkDone(l)
+		r.checkDone(h, l)
 		return nil
 	}
 	select {
@@ -525,7 +542,7 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 		r.rec.Ended(h, time.Now(), l.Until())
 		_ = l.Release(context.Background())
 	}
-	r.checkDone(l)
+	r.checkDone(h, l)
 	return nil
 }
 
@@ -536,12 +553,16 @@ func (r *run) write(h *Holding, l *engine.Lease) {
 
 // checkDone counts a lease whose Done did not close by its deadline (plus
 // scheduling slack), and a lost one.
-func (r *run) checkDone(l *engine.Lease) {
+func (r *run) checkDone(h *Holding, l *engine.Lease) {
 	select {
 	case <-l.Done():
 	case <-time.After(time.Until(l.Until()) + 200*time.Millisecond):
 		r.noDone.Add(1)
 		<-l.Done()
+		if r.cfg.Logf != nil {
+			r.cfg.Logf("safety: %s's lease on %q: Done closed %v after Until (%v)", h.Holder, h.Resource,
+				time.Since(l.Until()).Round(time.Millisecond), l.Err())
+		}
 	}
 	if errors.Is(l.Err(), engine.ErrLeaseLost) {
 		r.lost.Add(1)
@@ -735,14 +756,14 @@ func (r *run) idleAcquire(ctx context.Context, rng *rand.Rand, k int) error {
 	}
 	actx, cancel := context.WithTimeout(ctx, 2*r.cfg.TTL)
 	defer cancel()
-	_ = r.hold(actx, idle.e, fmt.Sprintf("idle@%v", time.Since(idle.since).Round(time.Millisecond)), rng)
+	_ = r.hold(actx, idle.e, fmt.Sprintf("%s@%v", idle.name, time.Since(idle.since).Round(time.Millisecond)), rng)
 	return nil
 }
 
 // join creates an engine whose workers contend until the run ends or the
 // engine retires, the oldest joined engine retiring beyond maxJoined.
 func (r *run) join(ctx context.Context) error {
-	e, err := r.newEngine(workHealth)
+	e, err := r.newEngine(fmt.Sprintf("new%d", r.joins+1), workHealth)
 	if err != nil {
 		return err
 	}
