@@ -522,12 +522,13 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 	acquired := time.Now()
 	r.latency(acquired.Sub(start), down)
 	h := r.rec.Held(resource, name, l.Value(), acquired, l.Until(), l.Token())
+	closed := doneAt(l)
 
 	if r.cfg.Faults && !long && rng.IntN(30) == 0 {
 		r.pauses.Add(1)
 		time.Sleep(time.Until(l.Until()) + time.Duration(rng.IntN(50))*time.Millisecond)
 		r.write(h, l) // a newer holder may have written: refused
-		r.checkDone(h, l)
+		r.checkDone(h, l, closed)
 		return nil
 	}
 	select {
@@ -542,7 +543,7 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 		r.rec.Ended(h, time.Now(), l.Until())
 		_ = l.Release(context.Background())
 	}
-	r.checkDone(h, l)
+	r.checkDone(h, l, closed)
 	return nil
 }
 
@@ -551,17 +552,31 @@ func (r *run) write(h *Holding, l *engine.Lease) {
 	r.rec.Wrote(h, at, ok)
 }
 
-// checkDone counts a lease whose Done did not close by its deadline (plus
-// scheduling slack), and a lost one.
-func (r *run) checkDone(h *Holding, l *engine.Lease) {
-	select {
-	case <-l.Done():
-	case <-time.After(time.Until(l.Until()) + 200*time.Millisecond):
-		r.noDone.Add(1)
+// doneAt sends the time l's Done closed.
+func doneAt(l *engine.Lease) <-chan time.Time {
+	at := make(chan time.Time, 1)
+	go func() {
 		<-l.Done()
+		at <- time.Now()
+	}()
+	return at
+}
+
+// checkDone counts a lease whose Done closed later than its deadline
+// (plus scheduling slack), or not at all, and a lost one. closed is
+// doneAt's: when Done closed, however late the holder looks.
+func (r *run) checkDone(h *Holding, l *engine.Lease, closed <-chan time.Time) {
+	var at time.Time
+	select {
+	case at = <-closed:
+	case <-time.After(time.Until(l.Until()) + 5*time.Second):
+		at = <-closed
+	}
+	if late := at.Sub(l.Until()); late > 200*time.Millisecond {
+		r.noDone.Add(1)
 		if r.cfg.Logf != nil {
 			r.cfg.Logf("safety: %s's lease on %q: Done closed %v after Until (%v)", h.Holder, h.Resource,
-				time.Since(l.Until()).Round(time.Millisecond), l.Err())
+				late.Round(time.Millisecond), l.Err())
 		}
 	}
 	if errors.Is(l.Err(), engine.ErrLeaseLost) {
