@@ -286,6 +286,11 @@ func TestAcquireErrorMatching(t *testing.T) {
 		}
 	}
 
+	checkOnePrefix(t, &AcquireError{Resource: "r", Attempts: 1, Cause: ErrClosed, Nodes: []NodeOutcome{
+		{Addr: "a:1", Outcome: Failed, Err: ErrQuarantined, QuarantinedUntil: time.Now()},
+		{Addr: "b:1", Outcome: Taken},
+	}})
+
 	var ae *AcquireError
 	if !errors.As(fmt.Errorf("wrap: %w", canceled), &ae) {
 		t.Fatal("errors.As into *AcquireError failed through fmt.Errorf")
@@ -316,5 +321,16 @@ func TestErrClosedLease(t *testing.T) {
 		if got := errors.Is(errClosedLease, tt.target); got != tt.want {
 			t.Errorf("errors.Is(errClosedLease, %v) = %v, want %v", tt.target, got, tt.want)
 		}
+	}
+	checkOnePrefix(t, errClosedLease)
+}
+
+// checkOnePrefix fails unless err's text names the package once, at its
+// start: a wrapped error keeps its chain but drops its own prefix.
+func checkOnePrefix(t *testing.T, err error) {
+	t.Helper()
+	t.Logf("error text: %v", err)
+	if s := err.Error(); !strings.HasPrefix(s, "redlease: ") || strings.Count(s, "redlease:") != 1 {
+		t.Errorf("error %q: want one \"redlease: \" prefix, at the start", s)
 	}
 }

@@ -119,6 +119,7 @@ func TestPausedMajorityLosesLeaseByDeadline(t *testing.T) {
 	if !errors.Is(l.Err(), ErrLeaseLost) {
 		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
 	}
+	checkOnePrefix(t, l.Err())
 	evs = append(evs, collect(t, l, time.Second)...)
 	ks := kinds(evs)
 	if ks[0] != Acquired || ks[1] != Extended || ks[len(ks)-1] != Lost {
@@ -168,6 +169,7 @@ func TestForeignOwnerMeansLost(t *testing.T) {
 	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.As(l.Err(), &xe) {
 		t.Fatalf("Err = %v, want ErrLeaseLost with node outcomes", l.Err())
 	}
+	checkOnePrefix(t, l.Err())
 	if got := count(values(t, c, "stolen"), "thief"); got != 5 {
 		t.Fatalf("the other owner's key is on %d nodes, want 5", got)
 	}

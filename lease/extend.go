@@ -1,10 +1,10 @@
 package lease
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/errtext"
 )
 
 // planExtend schedules the next automatic extension at at, unless the
@@ -81,7 +81,7 @@ func (a *leaseActor) extendVote() {
 		}
 	case a.tally.taken >= Quorum(a.tally.n):
 		a.roundTimer.Stop()
-		err := fmt.Errorf("%w: %w", ErrLeaseLost, a.cfg.Explain(a.votes, errNotMine))
+		err := errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, a.cfg.Explain(a.votes, errNotMine))
 		a.sendAll(a.releaseCmd) // our key may linger on a minority
 		a.end(err)
 	case a.tally.lost():

@@ -14,6 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/errtext"
 	"github.com/redlease/redlease/node"
 )
 
@@ -361,7 +362,7 @@ func (a *leaseActor) atDeadline(failure error) error {
 	if failure == nil {
 		failure = errNoExtension
 	}
-	return fmt.Errorf("%w: %w", ErrLeaseLost, failure)
+	return errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, failure)
 }
 
 // onDeadline finishes a lease that its deadline timer ended.
@@ -475,7 +476,7 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	switch a.phase {
 	case held:
 		a.sendAll(a.releaseCmd)
-		a.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		a.end(errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, err))
 	case acquiring, fencing, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {
