@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -332,5 +333,27 @@ func checkOnePrefix(t *testing.T, err error) {
 	t.Logf("error text: %v", err)
 	if s := err.Error(); !strings.HasPrefix(s, "redlease: ") || strings.Count(s, "redlease:") != 1 {
 		t.Errorf("error %q: want one \"redlease: \" prefix, at the start", s)
+	}
+}
+
+// The README's table of protocol constants states each by its name and
+// value; this keeps the two from drifting apart.
+func TestReadmeQuotesProtocolConstants(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		value int
+	}{
+		{"AutoExtendDivisor", AutoExtendDivisor},
+		{"ExtendRetryDivisor", ExtendRetryDivisor},
+		{"NodeDownAfterFailures", NodeDownAfterFailures},
+		{"DownProbeDivisor", DownProbeDivisor},
+	} {
+		if row := fmt.Sprintf("| `%s` | %d |", c.name, c.value); !strings.Contains(string(readme), row) {
+			t.Errorf("README.md has no row %q", row)
+		}
 	}
 }

@@ -7,6 +7,20 @@ import (
 	"github.com/redlease/redlease/internal/errtext"
 )
 
+// The auto-extension schedule. The engine re-exports both; the README
+// quotes them.
+const (
+	// ExtendDivisor: an auto-extended lease starts an extension round
+	// TTL/ExtendDivisor (a third of the TTL) after the start of the round
+	// that acquired or last extended it, leaving two thirds of the TTL for
+	// that round and its retries.
+	ExtendDivisor = 3
+	// RetryDivisor: after a failed extension round, the next starts about
+	// TTL/RetryDivisor later (randomized by ±50%), while the validity
+	// lasts: several tries fit in the two thirds of the TTL left.
+	RetryDivisor = 15
+)
+
 // planExtend schedules the next automatic extension at at, unless the
 // lease is not auto-extended or MaxHold has passed by then: the lease then
 // runs to its deadline and expires.
@@ -99,7 +113,7 @@ func (a *leaseActor) extended() {
 	a.armDeadline()
 	a.answerWaiters(nil)
 	a.emit(Extended, nil)
-	a.planExtend(a.start.Add(a.cfg.TTL / 3))
+	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
 }
 
 // extendFailed reports the failed round and, for an auto-extended lease,
@@ -112,7 +126,7 @@ func (a *leaseActor) extendFailed(cause error) {
 	a.state.setAtDeadline(a.atDeadline(err))
 	a.answerWaiters(err)
 	a.emit(ExtendFailed, err)
-	if at := time.Now().Add(jitter(a.cfg.TTL / 15)); at.Before(a.state.ends()) {
+	if at := time.Now().Add(jitter(a.cfg.TTL / RetryDivisor)); at.Before(a.state.ends()) {
 		a.planExtend(at)
 	}
 }

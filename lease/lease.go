@@ -268,7 +268,7 @@ func (a *leaseActor) hold() {
 	a.armDeadline()
 	a.reply(Result{Attempts: a.attempts})
 	a.emit(Acquired, nil)
-	a.planExtend(a.start.Add(a.cfg.TTL / 3))
+	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
 	a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
 		"until", a.state.Until())
 }
@@ -425,11 +425,20 @@ func terminalKind(err error) EventKind {
 	return Lost
 }
 
+// A lease actor that ended waits for the votes it is still owed at most
+// lingerTimeouts node timeouts plus lingerSlack: a node actor answers
+// every command by its node timeout, so one timeout would do; the second
+// and the slack cover a vote that was queued behind a busy mailbox.
+const (
+	lingerTimeouts = 2
+	lingerSlack    = 100 * time.Millisecond
+)
+
 // startLinger bounds the wait for owed votes, should a node actor not
 // answer (it always does, by the node timeout; this is the safety net).
 func (a *leaseActor) startLinger() {
 	if a.owed > 0 {
-		a.lingerTimer = actors.After(a.system, 2*a.cfg.NodeTimeout+100*time.Millisecond, a.self, &linger{})
+		a.lingerTimer = actors.After(a.system, lingerTimeouts*a.cfg.NodeTimeout+lingerSlack, a.self, &linger{})
 	}
 }
 
