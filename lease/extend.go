@@ -133,7 +133,7 @@ func (a *leaseActor) extendFailed(cause error) {
 
 func (a *leaseActor) answerWaiters(err error) {
 	for _, w := range a.waiters {
-		w <- ExtendResult{Err: err, Votes: a.votes}
+		w <- ExtendResult{Err: err}
 	}
 	a.waiters = nil
 }
