@@ -299,7 +299,7 @@ func TestAcquireErrorMatching(t *testing.T) {
 	if ae != canceled {
 		t.Errorf("errors.As gave %p, want %p", ae, canceled)
 	}
-	if ae.Resource != "r" || ae.Attempts != 2 || ae.Cause != context.Canceled {
+	if ae.Resource != "r" || ae.Attempts != 2 || !errors.Is(ae.Cause, context.Canceled) {
 		t.Errorf("errors.As gave %+v", ae)
 	}
 	if errors.As(fmt.Errorf("wrap: %w", ErrNotAcquired), &ae) {
