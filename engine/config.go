@@ -48,19 +48,19 @@ const (
 // users can plan with them. The README quotes them by name.
 const (
 	// AutoExtendDivisor: WithAutoExtend starts an extension round
-	// TTL/AutoExtendDivisor (a third of the TTL) after the start of the
+	// TTL/AutoExtendDivisor (3: a third of the TTL) after the start of the
 	// round that acquired or last extended the lease.
 	AutoExtendDivisor = lease.ExtendDivisor
 	// ExtendRetryDivisor: a failed automatic extension round is retried
-	// about TTL/ExtendRetryDivisor later (randomized by ±50%) until the
-	// validity deadline.
+	// about TTL/ExtendRetryDivisor (15) later, randomized by ±50%, until
+	// the validity deadline.
 	ExtendRetryDivisor = lease.RetryDivisor
-	// NodeDownAfterFailures: this many batches or health probes in a row
+	// NodeDownAfterFailures: this many (2) batches or health probes in a row
 	// without an answer mark a node down; its commands then fail at once
 	// with a Failed outcome until a probe succeeds.
 	NodeDownAfterFailures = node.DownAfterFailures
 	// DownProbeDivisor: a node that is down is probed every
-	// HealthInterval/DownProbeDivisor.
+	// HealthInterval/DownProbeDivisor (5: five times as often as when up).
 	DownProbeDivisor = node.DownProbeDivisor
 )
 
