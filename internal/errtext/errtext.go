@@ -16,12 +16,13 @@ import (
 // Prefix starts the text of every error redlease makes.
 const Prefix = "redlease: "
 
-// Bare returns err's text without a leading Prefix; "" for nil.
+// Bare returns err's text without Prefix at the start of any of its lines
+// (errors.Join puts one error a line); "" for nil.
 func Bare(err error) string {
 	if err == nil {
 		return ""
 	}
-	return strings.TrimPrefix(err.Error(), Prefix)
+	return strings.ReplaceAll("\n"+err.Error(), "\n"+Prefix, "\n")[1:]
 }
 
 // Errorf is fmt.Errorf, except that each error among args shows its Bare

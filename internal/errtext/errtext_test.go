@@ -27,4 +27,8 @@ func TestErrorf(t *testing.T) {
 	if Bare(nil) != "" || Bare(errors.New("other: x")) != "other: x" {
 		t.Fatal("Bare changed an error without the prefix")
 	}
+	joined := Errorf(Prefix+"not acquired: %w", errors.Join(errors.New("context canceled"), lost))
+	if got, want := joined.Error(), "redlease: not acquired: context canceled\nlease lost"; got != want {
+		t.Fatalf("joined text %q, want %q", got, want)
+	}
 }
