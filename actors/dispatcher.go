@@ -21,9 +21,18 @@ type Dispatcher struct {
 	stopped atomic.Bool
 }
 
-// NewDispatcher starts the workers: four per CPU.
+// The dispatcher's sizes. Receive never blocks, so a worker per CPU would
+// keep the CPUs busy; a few more cover a mailbox run preempted mid-way.
+// The queue absorbs a burst of runs (thousands of leases answered by one
+// batch) without falling back to goroutines of their own.
+const (
+	workersPerCPU = 4
+	queueSize     = 4096
+)
+
+// NewDispatcher starts the workers: workersPerCPU per CPU.
 func NewDispatcher() *Dispatcher {
-	d := &Dispatcher{runs: make(chan func(), 4096), workers: 4 * runtime.GOMAXPROCS(0)}
+	d := &Dispatcher{runs: make(chan func(), queueSize), workers: workersPerCPU * runtime.GOMAXPROCS(0)}
 	for range d.workers {
 		d.wg.Go(func() {
 			for run := range d.runs {

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
 )
 
 // Defaults for the zero fields of Config. The README compares them with
@@ -41,6 +42,26 @@ const (
 	// Work that legitimately runs longer says so with Config.MaxHold or
 	// WithAutoExtend(maxHold).
 	DefaultMaxHoldTTLs = 10
+)
+
+// Protocol constants: fixed rather than configurable, stated here so that
+// users can plan with them. The README quotes them by name.
+const (
+	// AutoExtendDivisor: WithAutoExtend starts an extension round
+	// TTL/AutoExtendDivisor (3: a third of the TTL) after the start of the
+	// round that acquired or last extended the lease.
+	AutoExtendDivisor = lease.ExtendDivisor
+	// ExtendRetryDivisor: a failed automatic extension round is retried
+	// about TTL/ExtendRetryDivisor (15) later, randomized by ±50%, until
+	// the validity deadline.
+	ExtendRetryDivisor = lease.RetryDivisor
+	// NodeDownAfterFailures: this many (2) batches or health probes in a row
+	// without an answer mark a node down; its commands then fail at once
+	// with a Failed outcome until a probe succeeds.
+	NodeDownAfterFailures = node.DownAfterFailures
+	// DownProbeDivisor: a node that is down is probed every
+	// HealthInterval/DownProbeDivisor (5: five times as often as when up).
+	DownProbeDivisor = node.DownProbeDivisor
 )
 
 // Config configures an Engine. The zero value of every field but Nodes
@@ -81,8 +102,9 @@ type Config struct {
 	// bound of its lease instead. Default: DefaultMaxHoldTTLs (10) times
 	// the lease's TTL. Must not be negative: there are no unbounded leases.
 	MaxHold time.Duration
-	// HealthInterval is the time between health probes of each node (a
-	// fifth of it for a node that is down). Default 1s.
+	// HealthInterval is the time between health probes of each node
+	// (HealthInterval/DownProbeDivisor, a fifth of it, for a node that is
+	// down). Default DefaultHealthInterval (1s).
 	HealthInterval time.Duration
 	// DriftFactor is the clock drift allowed per unit of TTL; a lease's
 	// validity is TTL − elapsed − (TTL·DriftFactor + 2ms). Default 0.01;

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -286,6 +287,11 @@ func TestAcquireErrorMatching(t *testing.T) {
 		}
 	}
 
+	checkOnePrefix(t, &AcquireError{Resource: "r", Attempts: 1, Cause: ErrClosed, Nodes: []NodeOutcome{
+		{Addr: "a:1", Outcome: Failed, Err: ErrQuarantined, QuarantinedUntil: time.Now()},
+		{Addr: "b:1", Outcome: Taken},
+	}})
+
 	var ae *AcquireError
 	if !errors.As(fmt.Errorf("wrap: %w", canceled), &ae) {
 		t.Fatal("errors.As into *AcquireError failed through fmt.Errorf")
@@ -293,7 +299,7 @@ func TestAcquireErrorMatching(t *testing.T) {
 	if ae != canceled {
 		t.Errorf("errors.As gave %p, want %p", ae, canceled)
 	}
-	if ae.Resource != "r" || ae.Attempts != 2 || ae.Cause != context.Canceled {
+	if ae.Resource != "r" || ae.Attempts != 2 || !errors.Is(ae.Cause, context.Canceled) {
 		t.Errorf("errors.As gave %+v", ae)
 	}
 	if errors.As(fmt.Errorf("wrap: %w", ErrNotAcquired), &ae) {
@@ -315,6 +321,39 @@ func TestErrClosedLease(t *testing.T) {
 	for _, tt := range tests {
 		if got := errors.Is(errClosedLease, tt.target); got != tt.want {
 			t.Errorf("errors.Is(errClosedLease, %v) = %v, want %v", tt.target, got, tt.want)
+		}
+	}
+	checkOnePrefix(t, errClosedLease)
+}
+
+// checkOnePrefix fails unless err's text names the package once, at its
+// start: a wrapped error keeps its chain but drops its own prefix.
+func checkOnePrefix(t *testing.T, err error) {
+	t.Helper()
+	t.Logf("error text: %v", err)
+	if s := err.Error(); !strings.HasPrefix(s, "redlease: ") || strings.Count(s, "redlease:") != 1 {
+		t.Errorf("error %q: want one \"redlease: \" prefix, at the start", s)
+	}
+}
+
+// The README's table of protocol constants states each by its name and
+// value; this keeps the two from drifting apart.
+func TestReadmeQuotesProtocolConstants(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		value int
+	}{
+		{"AutoExtendDivisor", AutoExtendDivisor},
+		{"ExtendRetryDivisor", ExtendRetryDivisor},
+		{"NodeDownAfterFailures", NodeDownAfterFailures},
+		{"DownProbeDivisor", DownProbeDivisor},
+	} {
+		if row := fmt.Sprintf("| `%s` | %d |", c.name, c.value); !strings.Contains(string(readme), row) {
+			t.Errorf("README.md has no row %q", row)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/errtext"
 	"github.com/redlease/redlease/lease"
 	"github.com/redlease/redlease/node"
 )
@@ -137,7 +138,7 @@ func probeAll(cfg *Config) ([]*node.Conn, []*node.Info, []error) {
 			defer cancel()
 			info, err := conns[i].Probe(ctx, cfg.epochKey(), node.Info{})
 			if err != nil {
-				errs[i] = fmt.Errorf("node %s: %w", addr, err)
+				errs[i] = errtext.Errorf("node %s: %w", addr, err)
 				return
 			}
 			infos[i] = &info
@@ -171,7 +172,7 @@ func MarkNew(ctx context.Context, cfg Config) error {
 				err = errors.New("the server restarted while being marked")
 			}
 			if err != nil {
-				errs[i] = fmt.Errorf("node %s: %w", cfg.Nodes[i], err)
+				errs[i] = errtext.Errorf("node %s: %w", cfg.Nodes[i], err)
 			}
 		}
 		c.Close()
@@ -378,7 +379,7 @@ func (e *Engine) Close() error {
 }
 
 // errClosedLease ends the leases of a closing engine.
-var errClosedLease = fmt.Errorf("%w: %w", ErrReleased, ErrClosed)
+var errClosedLease = errtext.Errorf(errtext.Prefix+"%w: %w", ErrReleased, ErrClosed)
 
 // newValue is a lease's owner value: 20 random bytes, URL-safe base64.
 func newValue() string {

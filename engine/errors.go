@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlease/redlease/internal/errtext"
 	"github.com/redlease/redlease/lease"
 	"github.com/redlease/redlease/node"
 )
@@ -68,8 +69,8 @@ type AcquireError struct {
 }
 
 func (e *AcquireError) Error() string {
-	return fmt.Sprintf("redlease: %q not acquired after %d attempt(s): %v [%s]",
-		e.Resource, e.Attempts, e.Cause, outcomes(e.Nodes))
+	return fmt.Sprintf("%s%q not acquired after %d attempt(s): %s [%s]",
+		errtext.Prefix, e.Resource, e.Attempts, errtext.Bare(e.Cause), outcomes(e.Nodes))
 }
 
 // Is reports whether target is ErrNotAcquired.
@@ -87,7 +88,7 @@ type ExtendError struct {
 }
 
 func (e *ExtendError) Error() string {
-	return fmt.Sprintf("redlease: extension failed: %v [%s]", e.Cause, outcomes(e.Nodes))
+	return fmt.Sprintf("%sextension failed: %s [%s]", errtext.Prefix, errtext.Bare(e.Cause), outcomes(e.Nodes))
 }
 
 // Unwrap returns the Cause.
@@ -102,7 +103,7 @@ type ReleaseError struct {
 }
 
 func (e *ReleaseError) Error() string {
-	return fmt.Sprintf("redlease: release of %q not confirmed by a quorum: [%s]", e.Resource, outcomes(e.Nodes))
+	return fmt.Sprintf("%srelease of %q not confirmed by a quorum: [%s]", errtext.Prefix, e.Resource, outcomes(e.Nodes))
 }
 
 func outcomes(nodes []NodeOutcome) string {
@@ -113,7 +114,7 @@ func outcomes(nodes []NodeOutcome) string {
 		}
 		fmt.Fprintf(&b, "%s: %v", n.Addr, n.Outcome)
 		if n.Err != nil {
-			fmt.Fprintf(&b, " (%v", n.Err)
+			fmt.Fprintf(&b, " (%s", errtext.Bare(n.Err))
 			if !n.QuarantinedUntil.IsZero() {
 				fmt.Fprintf(&b, " until %s", n.QuarantinedUntil.Format(untilLayout))
 			}

@@ -46,7 +46,9 @@ func (l *Lease) Until() time.Time { return l.state.Until() }
 // ends a small margin before Until (a fiftieth of its TTL, at least 2ms
 // and at most 100ms; lease.EndMargin), so that Done closes before Until
 // even when the timer fires late on a loaded machine; Until remains the
-// validity deadline. The lease actor closes it, exactly once.
+// validity deadline. It is closed exactly once: by the lease actor, or,
+// when the deadline ends the lease, by the actor's deadline timer on its
+// own goroutine, so that a busy actor cannot delay it.
 func (l *Lease) Done() <-chan struct{} { return l.state.Done() }
 
 // Err is nil while the lease is held; after Done closed it says why it

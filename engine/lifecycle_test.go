@@ -29,6 +29,26 @@ func collect(t *testing.T, l *Lease, limit time.Duration) []Event {
 	}
 }
 
+// waitExtended waits until l has emitted n Extended events, failing the
+// test after limit or if the lease ends first.
+func waitExtended(t *testing.T, l *Lease, n int, limit time.Duration) {
+	t.Helper()
+	timeout := time.After(limit)
+	for seen := 0; seen < n; {
+		select {
+		case ev, ok := <-l.Events():
+			if !ok || ev.Kind != Acquired && ev.Kind != Extended {
+				t.Fatalf("lease %s: event %v before %d extensions: %v", l.Resource(), ev.Kind, n, l.Err())
+			}
+			if ev.Kind == Extended {
+				seen++
+			}
+		case <-timeout:
+			t.Fatalf("lease %s: %d of %d extensions after %v", l.Resource(), seen, n, limit)
+		}
+	}
+}
+
 func kinds(evs []Event) []EventKind {
 	out := make([]EventKind, len(evs))
 	for i, ev := range evs {
@@ -119,6 +139,7 @@ func TestPausedMajorityLosesLeaseByDeadline(t *testing.T) {
 	if !errors.Is(l.Err(), ErrLeaseLost) {
 		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
 	}
+	checkOnePrefix(t, l.Err())
 	evs = append(evs, collect(t, l, time.Second)...)
 	ks := kinds(evs)
 	if ks[0] != Acquired || ks[1] != Extended || ks[len(ks)-1] != Lost {
@@ -168,6 +189,7 @@ func TestForeignOwnerMeansLost(t *testing.T) {
 	if !errors.Is(l.Err(), ErrLeaseLost) || !errors.As(l.Err(), &xe) {
 		t.Fatalf("Err = %v, want ErrLeaseLost with node outcomes", l.Err())
 	}
+	checkOnePrefix(t, l.Err())
 	if got := count(values(t, c, "stolen"), "thief"); got != 5 {
 		t.Fatalf("the other owner's key is on %d nodes, want 5", got)
 	}
@@ -303,7 +325,7 @@ func TestReleaseStopsExtension(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(250 * time.Millisecond)
+	waitExtended(t, l, 1, 5*time.Second) // release while extension is under way
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +359,9 @@ func TestStuckSubscriberDelaysNothing(t *testing.T) {
 		}
 		leases = append(leases, l)
 	}
-	time.Sleep(time.Second) // three extensions each
+	for _, l := range leases {
+		waitExtended(t, l, 3, 5*time.Second)
+	}
 	for _, l := range leases {
 		if l.Err() != nil {
 			t.Fatalf("lease %s ended: %v", l.Resource(), l.Err())

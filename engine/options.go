@@ -27,7 +27,8 @@ func WithTTL(d time.Duration) Option {
 }
 
 // WithAutoExtend keeps the lease alive: the engine extends it on all nodes
-// at a third of the TTL, and again soon after a failed round, until maxHold
+// at a third of the TTL (AutoExtendDivisor), and again about
+// TTL/ExtendRetryDivisor after a failed round, until maxHold
 // has passed since it was acquired; the lease then expires at its deadline
 // (Expired). An extension that no quorum confirms by the validity deadline
 // ends the lease as Lost, at the deadline at the latest. maxHold also

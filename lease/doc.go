@@ -23,7 +23,8 @@
 //     under load), on its own goroutine so a busy mailbox cannot delay it:
 //     ErrLeaseLost if it was meant to be extended (AutoExtend), ErrExpired
 //     otherwise. With AutoExtend, extension rounds run at a third of the
-//     TTL and, after a failure, again soon; a quorum answering "not mine"
+//     TTL (ExtendDivisor) and, after a failure, again about
+//     TTL/RetryDivisor later; a quorum answering "not mine"
 //     loses the lease at once. No extension round, automatic or by Extend,
 //     starts later than MaxHold after the lease was acquired (Extend then
 //     fails with ErrMaxHold); the lease expires at its deadline. Release
@@ -31,8 +32,7 @@
 //  5. After the end (or the final failure) the actor waits for the votes it
 //     is still owed, bounded by the node timeout, then stops. Nothing it
 //     sent is left unanswered, so nothing is left running.
-package lease
-
+//
 // # Fencing tokens
 //
 // With Config.FenceKey (engine.WithFencing) a lease carries a token that
@@ -42,8 +42,8 @@ package lease
 //
 //  1. Acquire: a node that grants K to the lease answers its counter,
 //     c = max(F, the node's clock in microseconds).
-//  2. With a quorum of grants, the token is T = max(c over the granting
-//     nodes) + 1. Counters of nodes that refused do not count: they say
+//  2. With a quorum of grants, the token is T = 1 + max(c over the
+//     granting nodes). Counters of nodes that refused do not count: they say
 //     nothing about this lease.
 //  3. Write-back: each granting node raises F to T if K still holds this
 //     lease's value. The lease is held, with token T, only once a quorum
@@ -76,3 +76,4 @@ package lease
 // less than the quarantine and never step back by more than it. With the
 // quarantine turned off, the floor alone still covers restarts that take
 // longer than the clock difference between nodes.
+package lease

@@ -1,10 +1,24 @@
 package lease
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/errtext"
+)
+
+// The auto-extension schedule. The engine re-exports both; the README
+// quotes them.
+const (
+	// ExtendDivisor: an auto-extended lease starts an extension round
+	// TTL/ExtendDivisor (a third of the TTL) after the start of the round
+	// that acquired or last extended it, leaving two thirds of the TTL for
+	// that round and its retries.
+	ExtendDivisor = 3
+	// RetryDivisor: after a failed extension round, the next starts about
+	// TTL/RetryDivisor later (randomized by ±50%), while the validity
+	// lasts: several tries fit in the two thirds of the TTL left.
+	RetryDivisor = 15
 )
 
 // planExtend schedules the next automatic extension at at, unless the
@@ -81,7 +95,7 @@ func (a *leaseActor) extendVote() {
 		}
 	case a.tally.taken >= Quorum(a.tally.n):
 		a.roundTimer.Stop()
-		err := fmt.Errorf("%w: %w", ErrLeaseLost, a.cfg.Explain(a.votes, errNotMine))
+		err := errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, a.cfg.Explain(a.votes, errNotMine))
 		a.sendAll(a.releaseCmd) // our key may linger on a minority
 		a.end(err)
 	case a.tally.lost():
@@ -99,7 +113,7 @@ func (a *leaseActor) extended() {
 	a.armDeadline()
 	a.answerWaiters(nil)
 	a.emit(Extended, nil)
-	a.planExtend(a.start.Add(a.cfg.TTL / 3))
+	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
 }
 
 // extendFailed reports the failed round and, for an auto-extended lease,
@@ -112,14 +126,14 @@ func (a *leaseActor) extendFailed(cause error) {
 	a.state.setAtDeadline(a.atDeadline(err))
 	a.answerWaiters(err)
 	a.emit(ExtendFailed, err)
-	if at := time.Now().Add(jitter(a.cfg.TTL / 15)); at.Before(a.state.ends()) {
+	if at := time.Now().Add(jitter(a.cfg.TTL / RetryDivisor)); at.Before(a.state.ends()) {
 		a.planExtend(at)
 	}
 }
 
 func (a *leaseActor) answerWaiters(err error) {
 	for _, w := range a.waiters {
-		w <- ExtendResult{Err: err, Votes: a.votes}
+		w <- ExtendResult{Err: err}
 	}
 	a.waiters = nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/errtext"
 	"github.com/redlease/redlease/node"
 )
 
@@ -267,7 +268,7 @@ func (a *leaseActor) hold() {
 	a.armDeadline()
 	a.reply(Result{Attempts: a.attempts})
 	a.emit(Acquired, nil)
-	a.planExtend(a.start.Add(a.cfg.TTL / 3))
+	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
 	a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
 		"until", a.state.Until())
 }
@@ -361,7 +362,7 @@ func (a *leaseActor) atDeadline(failure error) error {
 	if failure == nil {
 		failure = errNoExtension
 	}
-	return fmt.Errorf("%w: %w", ErrLeaseLost, failure)
+	return errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, failure)
 }
 
 // onDeadline finishes a lease that its deadline timer ended.
@@ -424,11 +425,20 @@ func terminalKind(err error) EventKind {
 	return Lost
 }
 
+// A lease actor that ended waits for the votes it is still owed at most
+// lingerTimeouts node timeouts plus lingerSlack: a node actor answers
+// every command by its node timeout, so one timeout would do; the second
+// and the slack cover a vote that was queued behind a busy mailbox.
+const (
+	lingerTimeouts = 2
+	lingerSlack    = 100 * time.Millisecond
+)
+
 // startLinger bounds the wait for owed votes, should a node actor not
 // answer (it always does, by the node timeout; this is the safety net).
 func (a *leaseActor) startLinger() {
 	if a.owed > 0 {
-		a.lingerTimer = actors.After(a.system, 2*a.cfg.NodeTimeout+100*time.Millisecond, a.self, &linger{})
+		a.lingerTimer = actors.After(a.system, lingerTimeouts*a.cfg.NodeTimeout+lingerSlack, a.self, &linger{})
 	}
 }
 
@@ -475,7 +485,7 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	switch a.phase {
 	case held:
 		a.sendAll(a.releaseCmd)
-		a.end(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+		a.end(errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, err))
 	case acquiring, fencing, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {

@@ -36,8 +36,7 @@ type ReleaseResult struct {
 
 // ExtendResult answers an Extend.
 type ExtendResult struct {
-	Err   error       // nil: extended; the lease's Err if it had ended or got lost
-	Votes []node.Vote // of the extend round, by node
+	Err error // nil: extended; the lease's Err if it had ended or got lost
 }
 
 // Release asks the actor to release the held lease on every node and end it

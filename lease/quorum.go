@@ -9,7 +9,7 @@ func Quorum(n int) int { return n/2 + 1 }
 type tally struct {
 	n       int // nodes
 	granted int
-	refused int // every answer but a grant: taken, timeout, error
+	refused int // every answer but a grant: taken, timeout, failed
 	taken   int // another owner's key
 }
 

@@ -6,10 +6,12 @@ import (
 	"time"
 )
 
-// State is what a lease actor shares with the holder's *Lease. The actor is
-// its only writer; its methods are safe for concurrent use.
+// State is what a lease actor shares with the holder's *Lease. The actor
+// writes it, except that its deadline timer may end the lease from the
+// timer's own goroutine (expireIfDue), under mu; its methods are safe for
+// concurrent use.
 type State struct {
-	done    chan struct{} // closed by the actor when the lease ends
+	done    chan struct{} // closed once, under mu, by whoever ends the lease: the actor or its deadline timer
 	stopped chan struct{} // closed by the actor when it stopped
 	events  chan Event    // sent to and closed by the actor only
 	err     error         // written once, before done closes
@@ -28,7 +30,9 @@ func newState(events int) *State {
 	return &State{done: make(chan struct{}), stopped: make(chan struct{}), events: make(chan Event, max(events, 2))}
 }
 
-// Done is closed when the lease ends, for any reason.
+// Done is closed when the lease ends, for any reason, exactly once: by the
+// lease actor, or by its deadline timer's goroutine when the deadline ends
+// the lease (so that a busy mailbox cannot delay it).
 func (s *State) Done() <-chan struct{} { return s.done }
 
 // Stopped is closed when the lease actor has stopped: no message sent to it

@@ -272,11 +272,25 @@ func (a *nodeActor) batchDone(m *sent) {
 	}
 }
 
-// failure counts a batch or probe that got no answer; two in a row mark
-// the node down, so that rounds stop waiting on it.
+// How a node is judged down, and probed while down. The engine re-exports
+// both; the README quotes them.
+const (
+	// DownAfterFailures: this many batches or probes in a row without an
+	// answer mark a node down; its commands then fail at once (ErrNodeDown)
+	// instead of waiting out the node timeout. One is not enough: a single
+	// late batch says little, and a node marked down wrongly loses votes.
+	DownAfterFailures = 2
+	// DownProbeDivisor: a node that is down is probed every
+	// HealthInterval/DownProbeDivisor (five times as often as when up), so
+	// that it votes again soon after it is back.
+	DownProbeDivisor = 5
+)
+
+// failure counts a batch or probe that got no answer; DownAfterFailures
+// in a row mark the node down, so that rounds stop waiting on it.
 func (a *nodeActor) failure(err error) {
 	a.health.failures++
-	if a.health.failures >= 2 {
+	if a.health.failures >= DownAfterFailures {
 		a.setDown(true, err)
 	}
 }
@@ -295,15 +309,15 @@ func (a *nodeActor) setDown(down bool, err error) {
 	}
 }
 
-// armProbe schedules the next probe: every HealthInterval, five times as
-// often while the node is down.
+// armProbe schedules the next probe: every HealthInterval, DownProbeDivisor
+// times as often while the node is down.
 func (a *nodeActor) armProbe() {
 	if a.timer != nil {
 		a.timer.Stop()
 	}
 	d := a.cfg.HealthInterval
 	if a.health.down {
-		d /= 5
+		d /= DownProbeDivisor
 	}
 	a.timer = actors.After(a.system, d, a.self, &healthTick{})
 }

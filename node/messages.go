@@ -80,7 +80,7 @@ func (o Outcome) String() string {
 	case Timeout:
 		return "timeout"
 	case Failed:
-		return "error"
+		return "failed"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }

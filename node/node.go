@@ -53,6 +53,8 @@ type Stats struct {
 	Commands        atomic.Uint64 // commands answered by a batch on the wire
 	Batches         atomic.Uint64 // DoMulti calls: round trips
 	Restarts        atomic.Uint64 // times the node was seen to have lost its data
+	OnWire          atomic.Int64  // commands in the batch on the wire now
+	Queued          atomic.Int64  // commands waiting for it
 	Down            atomic.Bool   // failing fast: the last batches and probes failed
 	QuarantineUntil atomic.Int64  // Unix nanoseconds; acquires refused before it
 }
@@ -169,6 +171,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL})
 	case *sent:
 		a.busy = false
+		a.stats.OnWire.Store(0)
 		switch {
 		case m.unchecked: // unsent: first in line again, after a probe
 			a.queue = append(m.batch, a.queue...)
@@ -197,6 +200,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		}
 		a.failQueued(ErrStopped)
 	}
+	a.stats.Queued.Store(int64(len(a.queue)))
 }
 
 func (a *nodeActor) enqueue(e entry) {
@@ -278,6 +282,7 @@ func (a *nodeActor) flush() {
 		j.mark = a.health.checked.RunID
 	}
 	a.busy = true
+	a.stats.OnWire.Store(int64(len(batch)))
 	a.work <- j // never blocks: the sender is idle while not busy
 }
 

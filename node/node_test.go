@@ -243,7 +243,8 @@ func TestStopAnswersEveryCommand(t *testing.T) {
 	for i := range 3 {
 		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("q", "me", uint64(i)), TTL: time.Minute})
 	}
-	time.Sleep(50 * time.Millisecond) // the first is on the wire, two queue
+	// The first on the wire, two queued.
+	waitFor(t, func() bool { return h.node.Stats().OnWire.Load() == 1 && h.node.Stats().Queued.Load() == 2 })
 	h.node.Stop()
 	got := map[Outcome]int{}
 	for range 3 {
@@ -461,10 +462,10 @@ func TestNoScriptKeepsIssueOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.system.Root.Send(h.node.PID, &Extend{Request: h.req("o", "me", 2), TTL: time.Minute})
-	time.Sleep(50 * time.Millisecond) // the idle actor puts the extend on the wire at once
+	waitFor(t, func() bool { return h.node.Stats().OnWire.Load() == 1 }) // the extend, stalled on the wire
 	h.system.Root.Send(h.node.PID, &Release{Request: h.req("o", "me", 3), TTL: time.Minute})
 	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("o", "me", 4), TTL: time.Minute})
-	time.Sleep(50 * time.Millisecond) // both queue behind the stalled batch
+	waitFor(t, func() bool { return h.node.Stats().Queued.Load() == 2 }) // both, behind it
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +502,7 @@ func TestUnansweredReleaseIsSentAgain(t *testing.T) {
 	if v := h.ask(&Release{Request: h.req("u", "me", 2), TTL: time.Minute}); v.Outcome == Granted || v.Outcome == Taken {
 		t.Fatalf("a paused node answered: %+v", v)
 	}
-	time.Sleep(300 * time.Millisecond) // long enough to be marked down
+	waitFor(t, func() bool { return h.node.Stats().Down.Load() }) // marked down while the release waits
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,28 +2,91 @@ package safety
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
 
+// pair names two holdings by holder: an overlap or a regression.
+type pair struct{ first, second string }
+
 func TestRecorderCheck(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	var rec Recorder
-	a := rec.Held("r", "A", "va", at(0), at(100), 1)
-	rec.Ended(a, at(50), at(100)) // released early
-	rec.Held("r", "B", "vb", at(60), at(160), 2)
-	rec.Held("r", "C", "vc", at(150), at(250), 2) // overlaps B; token not larger
-	rec.Held("other", "D", "vd", at(155), at(255), 1)
-	overlaps, regressions := rec.Check()
-	if len(overlaps) != 1 || overlaps[0].First.Holder != "B" || overlaps[0].Second.Holder != "C" {
-		t.Fatalf("overlaps = %v, want B then C", overlaps)
+	// held is one recorded holding: valid from acquired to until (ms), and,
+	// when ended is set, stopped at ended (Ended caps it at until).
+	type held struct {
+		resource, holder       string
+		acquired, until, ended int
+		token                  uint64
 	}
-	if len(regressions) != 1 || regressions[0].Before.Holder != "B" || regressions[0].After.Holder != "C" {
-		t.Fatalf("regressions = %v, want B then C", regressions)
+	tests := []struct {
+		name        string
+		holdings    []held // in recording order
+		overlaps    []pair
+		regressions []pair
+	}{
+		{name: "one after the other", holdings: []held{
+			{"r", "A", 0, 100, 0, 1}, {"r", "B", 150, 250, 0, 2},
+		}},
+		{name: "overlap", holdings: []held{
+			{"r", "A", 0, 100, 0, 1}, {"r", "B", 99, 200, 0, 2},
+		}, overlaps: []pair{{"A", "B"}}},
+		{name: "adjacent: acquired at the instant the other ended", holdings: []held{
+			{"r", "A", 0, 100, 0, 1}, {"r", "B", 100, 200, 0, 2},
+		}},
+		{name: "released early, then another", holdings: []held{
+			{"r", "A", 0, 100, 50, 1}, {"r", "B", 60, 160, 0, 2},
+		}},
+		{name: "stopped late counts until the validity deadline", holdings: []held{
+			{"r", "A", 0, 100, 120, 1}, {"r", "B", 110, 210, 0, 2},
+		}},
+		{name: "one long holding overlaps two later ones", holdings: []held{
+			{"r", "A", 0, 300, 0, 1}, {"r", "B", 50, 100, 0, 2}, {"r", "C", 150, 200, 0, 3},
+		}, overlaps: []pair{{"A", "B"}, {"A", "C"}}},
+		{name: "recorded out of order", holdings: []held{
+			{"r", "B", 99, 200, 0, 2}, {"r", "A", 0, 100, 0, 1},
+		}, overlaps: []pair{{"A", "B"}}},
+		{name: "other resources never overlap", holdings: []held{
+			{"r", "A", 0, 100, 0, 1}, {"s", "B", 50, 150, 0, 1},
+		}},
+		{name: "equal token", holdings: []held{
+			{"r", "A", 0, 100, 0, 5}, {"r", "B", 150, 250, 0, 5},
+		}, regressions: []pair{{"A", "B"}}},
+		{name: "lower token, and an overlap", holdings: []held{
+			{"r", "A", 0, 100, 0, 5}, {"r", "B", 50, 250, 0, 4},
+		}, overlaps: []pair{{"A", "B"}}, regressions: []pair{{"A", "B"}}},
+		{name: "no fencing: zero tokens are no regression", holdings: []held{
+			{"r", "A", 0, 100, 0, 0}, {"r", "B", 150, 250, 0, 0},
+		}},
 	}
-	if rec.Count() != 4 {
-		t.Fatalf("Count = %d", rec.Count())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var rec Recorder
+			for _, h := range tt.holdings {
+				got := rec.Held(h.resource, h.holder, "v"+h.holder, at(h.acquired), at(h.until), h.token)
+				if h.ended != 0 {
+					rec.Ended(got, at(h.ended), at(h.until))
+				}
+			}
+			if rec.Count() != len(tt.holdings) {
+				t.Fatalf("Count = %d, want %d", rec.Count(), len(tt.holdings))
+			}
+			overlaps, regressions := rec.Check()
+			var gotO, gotR []pair
+			for _, o := range overlaps {
+				gotO = append(gotO, pair{o.First.Holder, o.Second.Holder})
+			}
+			for _, g := range regressions {
+				gotR = append(gotR, pair{g.Before.Holder, g.After.Holder})
+			}
+			if !slices.Equal(gotO, tt.overlaps) {
+				t.Errorf("overlaps %v, want %v", gotO, tt.overlaps)
+			}
+			if !slices.Equal(gotR, tt.regressions) {
+				t.Errorf("regressions %v, want %v", gotR, tt.regressions)
+			}
+		})
 	}
 }
 

@@ -39,13 +39,14 @@ func clockShim() (string, error) {
 }
 
 func buildShim() (string, error) {
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "cc"
-	}
-	ccPath, err := exec.LookPath(cc)
-	if err != nil {
-		return "", fmt.Errorf("redisproc: clock jumps preload a small library built with a C compiler, and %q is not on PATH: install one with 'apt-get install gcc' (Debian/Ubuntu)", cc)
+	var ccPath string
+	var err error
+	if cc := os.Getenv("CC"); cc != "" {
+		if ccPath, err = exec.LookPath(cc); err != nil {
+			return "", fmt.Errorf("redisproc: clock jumps preload a small library built with a C compiler, and CC=%q is not on PATH", cc)
+		}
+	} else if ccPath, err = system.find(compilerTool); err != nil {
+		return "", fmt.Errorf("%w (clock jumps preload a small library built with a C compiler)", err)
 	}
 	dir, err := os.UserCacheDir()
 	if err != nil {

@@ -20,6 +20,17 @@
 // with, for key expiry and TIME. libfaketime cannot do it: version 0.9.10
 // deadlocks redis-server builds linked with jemalloc (Debian's), whose
 // first clock_gettime re-enters libfaketime's initialisation.
+//
+// # Set-up
+//
+// When redis-server (or, for the clock shim, the C compiler cc) is not on
+// PATH, redisproc installs it from Debian's packages if it can: running as
+// root, with apt-get on PATH, and NoInstallEnv unset. It prints one line
+// to stderr, runs apt-get update and apt-get install -y (with
+// DEBIAN_FRONTEND=noninteractive) and stops the system redis-server the
+// package may start. Parallel test processes install once: under a file
+// lock in os.TempDir(), and whoever gets the lock looks again first.
+// Otherwise it fails with the command to run.
 package redisproc
 
 import (
@@ -52,9 +63,6 @@ const (
 	logTail = 2048
 )
 
-// notFound is the error text when redis-server is not installed.
-const notFound = "redis-server not found on PATH: install it with 'apt-get install redis-server' (Debian/Ubuntu)"
-
 var errClosed = errors.New("redisproc: node is closed")
 
 // errBusy marks a start that failed because the port was taken.
@@ -69,13 +77,15 @@ type Cluster struct {
 
 // StartNodes starts n redis-server processes on free loopback ports and
 // waits until each answers PING. On any error it stops what it started.
+// A missing redis-server is installed first when possible (see Set-up in
+// the package documentation).
 func StartNodes(n int) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("redisproc: need at least one node, got %d", n)
 	}
-	bin, err := exec.LookPath("redis-server")
+	bin, err := system.find(redisServerTool)
 	if err != nil {
-		return nil, errors.New(notFound)
+		return nil, err
 	}
 	c := &Cluster{}
 	for range n {

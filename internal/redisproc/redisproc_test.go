@@ -309,10 +309,16 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestStartErrors(t *testing.T) {
+	// Installation disabled (TestFind covers the decision), the real
+	// lookup fails with the exact command to run.
 	t.Run("not on PATH", func(t *testing.T) {
 		t.Setenv("PATH", t.TempDir())
-		_, err := StartNodes(1)
-		want := "redis-server not found on PATH: install it with 'apt-get install redis-server' (Debian/Ubuntu)"
+		t.Setenv(NoInstallEnv, "1")
+		c, err := StartNodes(1)
+		if err == nil {
+			c.Close()
+		}
+		const want = "redisproc: redis-server is not on PATH (REDLEASE_NO_INSTALL is set); install it as root with: apt-get update && apt-get install -y redis-server"
 		if err == nil || err.Error() != want {
 			t.Fatalf("err = %v, want %q", err, want)
 		}
