@@ -10,18 +10,19 @@ import (
 	"time"
 )
 
-// LogLine is one line an engine of the run logged (its node warnings:
-// down, up, quarantined), kept to read overlaps by.
-type LogLine struct {
-	At     time.Time
-	Engine string
-	Text   string
+// logLine is one line an engine of the run logged (of a node: down, up,
+// quarantined; or of a lease), kept to read overlaps by.
+type logLine struct {
+	At       time.Time
+	Engine   string
+	Resource string // the lease's, "" for a node's line
+	Text     string
 }
 
 // engineLog keeps the last lines the run's engines logged.
 type engineLog struct {
 	mu    sync.Mutex
-	lines []LogLine
+	lines []logLine
 	nodes map[string]string // address an engine dials -> "node k"
 }
 
@@ -41,7 +42,7 @@ func (l *engineLog) logger(name string) *slog.Logger {
 	return slog.New(&logHandler{log: l, engine: name})
 }
 
-func (l *engineLog) add(line LogLine) {
+func (l *engineLog) add(line logLine) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.lines) == keepLines {
@@ -50,13 +51,15 @@ func (l *engineLog) add(line LogLine) {
 	l.lines = append(l.lines, line)
 }
 
-// between returns the lines of the engines named from from to to.
-func (l *engineLog) between(from, to time.Time, engines ...string) []LogLine {
+// between returns the lines of the engines named from from to to: those
+// of their nodes, and those of their leases on resource.
+func (l *engineLog) between(from, to time.Time, resource string, engines ...string) []logLine {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []LogLine
+	var out []logLine
 	for _, line := range l.lines {
-		if !line.At.Before(from) && !line.At.After(to) && (len(engines) == 0 || slices.Contains(engines, line.Engine)) {
+		if !line.At.Before(from) && !line.At.After(to) && slices.Contains(engines, line.Engine) &&
+			(line.Resource == "" || line.Resource == resource) {
 			out = append(out, line)
 		}
 	}
@@ -80,8 +83,12 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	var b strings.Builder
 	b.WriteString(strings.TrimPrefix(r.Message, "redlease: "))
+	line := logLine{At: r.Time, Engine: h.engine}
 	r.Attrs(func(a slog.Attr) bool {
 		v := a.Value.String()
+		if a.Key == "resource" {
+			line.Resource = v
+		}
 		if n, ok := h.log.nodes[v]; ok {
 			v = n
 		}
@@ -91,7 +98,8 @@ func (h *logHandler) Handle(_ context.Context, r slog.Record) error {
 		fmt.Fprintf(&b, " %s=%s", a.Key, v)
 		return true
 	})
-	h.log.add(LogLine{At: r.Time, Engine: h.engine, Text: b.String()})
+	line.Text = b.String()
+	h.log.add(line)
 	return nil
 }
 

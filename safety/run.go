@@ -248,7 +248,7 @@ func (r Report) writeOverlaps(b *strings.Builder, overlaps []Overlap, logs bool)
 			continue
 		}
 		for _, l := range r.log.between(o.First.Acquired.Add(-time.Second), o.Second.Acquired.Add(100*time.Millisecond),
-			engineOf(o.First.Holder), engineOf(o.Second.Holder)) {
+			o.First.Resource, engineOf(o.First.Holder), engineOf(o.Second.Holder)) {
 			fmt.Fprintf(b, "\n    %v %s: %s", l.At.Sub(o.Second.Acquired).Round(time.Millisecond), l.Engine, l.Text)
 		}
 	}
@@ -434,9 +434,8 @@ type joinedEngine struct {
 	work   sync.WaitGroup
 }
 
-// newEngine creates an engine over the proxies, closed by closeEngines
-// unless closed before.
-// newEngine makes an engine named name (the prefix of its holders' names).
+// newEngine creates an engine named name (the prefix of its holders'
+// names) over the proxies, closed by closeEngines unless closed before.
 func (r *run) newEngine(name string, health time.Duration) (*engine.Engine, error) {
 	e, err := engine.New(engine.Config{
 		Nodes: r.addrs, TTL: r.cfg.TTL, RestartQuarantine: r.cfg.RestartQuarantine,
