@@ -117,6 +117,28 @@ func (h *holders) mustOwn(i int, want string) {
 	}
 }
 
+// takeOnTwo has e take the resource on nodes 1 and 2 only: node 3 holds a
+// foreign key during the acquire, deleted after it. It records the
+// holding as name's.
+func (h *holders) takeOnTwo(name string, e *engine.Engine) *engine.Lease {
+	h.t.Helper()
+	ctx := h.t.Context()
+	if err := h.c.Nodes[2].Set(ctx, lockKey(h.resource), "foreign", 0); err != nil {
+		h.t.Fatal(err)
+	}
+	l, err := e.TryAcquire(ctx, h.resource)
+	if err != nil {
+		h.t.Fatalf("setup: %s: %v", name, err)
+	}
+	h.held(name, l)
+	h.mustOwn(0, l.Value())
+	h.mustOwn(1, l.Value())
+	if _, err := h.c.Nodes[2].Do(ctx, "DEL", lockKey(h.resource)); err != nil {
+		h.t.Fatal(err)
+	}
+	return l
+}
+
 // waitQuarantines waits until no node of any engine is quarantined.
 func waitQuarantines(t *testing.T, engines ...*engine.Engine) {
 	t.Helper()
@@ -162,19 +184,7 @@ func TestScheduleRestoreOnRestartedNode(t *testing.T) {
 	}
 	waitQuarantines(t, e1, e2)
 
-	if err := c.Nodes[2].Set(ctx, lockKey(resource), "foreign", 0); err != nil {
-		t.Fatal(err)
-	}
-	l2, err := e2.TryAcquire(ctx, resource)
-	if err != nil {
-		t.Fatalf("setup: E2: %v", err)
-	}
-	h.held("E2", l2)
-	h.mustOwn(0, l2.Value())
-	h.mustOwn(1, l2.Value())
-	if _, err := c.Nodes[2].Do(ctx, "DEL", lockKey(resource)); err != nil {
-		t.Fatal(err)
-	}
+	h.takeOnTwo("E2", e2)
 
 	if err := c.Nodes[0].Kill(); err != nil {
 		t.Fatal(err)
@@ -328,19 +338,7 @@ func TestScheduleSnapshotRestartTrusted(t *testing.T) {
 			if err := c.Nodes[0].Save(ctx); err != nil { // the snapshot: epoch key, no lease
 				t.Fatal(err)
 			}
-			if err := c.Nodes[2].Set(ctx, lockKey(resource), "foreign", 0); err != nil {
-				t.Fatal(err)
-			}
-			l2, err := e2.TryAcquire(ctx, resource)
-			if err != nil {
-				t.Fatalf("setup: E2: %v", err)
-			}
-			h.held("E2", l2)
-			h.mustOwn(0, l2.Value())
-			h.mustOwn(1, l2.Value())
-			if _, err := c.Nodes[2].Do(ctx, "DEL", lockKey(resource)); err != nil {
-				t.Fatal(err)
-			}
+			h.takeOnTwo("E2", e2)
 
 			if err := c.Nodes[0].RestartFromSnapshot(); err != nil {
 				t.Fatal(err)
@@ -396,26 +394,18 @@ func TestScheduleRestartJustBeforeASecond(t *testing.T) {
 			for try := 1; ; try++ {
 				resource := fmt.Sprintf("restart-before-a-second-%d", try)
 				h := newHolders(t, c, resource)
-				if err := c.Nodes[2].Set(ctx, lockKey(resource), "foreign", 0); err != nil {
-					t.Fatal(err)
-				}
 				second := time.Now().Truncate(time.Second).Add(time.Second)
 				time.Sleep(time.Until(second.Add(-200 * time.Millisecond)))
-				l1, err := e1.TryAcquire(ctx, resource)
-				if err != nil {
-					t.Fatalf("setup: E1: %v", err)
-				}
-				h.held("E1", l1)
-				h.mustOwn(0, l1.Value())
-				h.mustOwn(1, l1.Value())
-				if _, err := c.Nodes[2].Do(ctx, "DEL", lockKey(resource)); err != nil {
-					t.Fatal(err)
-				}
+				l1 := h.takeOnTwo("E1", e1)
 				if err := c.Nodes[0].Restart(); err != nil {
 					t.Fatal(err)
 				}
 				time.Sleep(time.Until(second.Add(120 * time.Millisecond)))
-				if up := uptime(t, c.Nodes[0]); up != "1" || time.Until(l1.Until()) < 100*time.Millisecond {
+				up, err := c.Nodes[0].ServerInfo(ctx, "uptime_in_seconds")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if up != "1" || time.Until(l1.Until()) < 100*time.Millisecond {
 					// The process started after the second turned, or too late.
 					if try == 5 {
 						t.Fatalf("setup: 5 tries without a restart just before a second (uptime %s)", up)
@@ -439,20 +429,4 @@ func TestScheduleRestartJustBeforeASecond(t *testing.T) {
 			}
 		})
 	}
-}
-
-// uptime is the uptime_in_seconds node n reports.
-func uptime(t *testing.T, n *redisproc.Node) string {
-	t.Helper()
-	info, err := n.Do(t.Context(), "INFO", "server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(fmt.Sprint(info)) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
-			return v
-		}
-	}
-	t.Fatal("INFO server has no uptime_in_seconds")
-	return ""
 }

@@ -550,7 +550,11 @@ func (n *Node) Keys(ctx context.Context, pattern string) ([]string, error) {
 }
 
 // RunID returns the run_id from INFO server; it changes on every restart.
-func (n *Node) RunID(ctx context.Context) (string, error) {
+func (n *Node) RunID(ctx context.Context) (string, error) { return n.ServerInfo(ctx, "run_id") }
+
+// ServerInfo returns one field of INFO server, such as run_id or
+// uptime_in_seconds.
+func (n *Node) ServerInfo(ctx context.Context, field string) (string, error) {
 	c, err := n.redis()
 	if err != nil {
 		return "", err
@@ -560,9 +564,9 @@ func (n *Node) RunID(ctx context.Context) (string, error) {
 		return "", err
 	}
 	for line := range strings.Lines(info) {
-		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			return id, nil
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v, nil
 		}
 	}
-	return "", fmt.Errorf("redisproc: no run_id in INFO server from %s", n.Addr())
+	return "", fmt.Errorf("redisproc: INFO server of %s has no %s", n.Addr(), field)
 }
