@@ -360,10 +360,14 @@ func (a *leaseActor) atDeadline(failure error) error {
 		return ErrExpired
 	}
 	if failure == nil {
-		failure = errNoExtension
+		return errLostUnextended // set at every acquire and extension: made once
 	}
 	return errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, failure)
 }
+
+// errLostUnextended ends an auto-extended lease whose deadline passed with
+// no extension failing first.
+var errLostUnextended = errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, errNoExtension)
 
 // onDeadline finishes a lease that its deadline timer ended.
 func (a *leaseActor) onDeadline() {
