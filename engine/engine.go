@@ -68,9 +68,7 @@ func New(cfg Config) (*Engine, error) {
 		e.ownSystem = true
 	}
 	e.publishFn, e.explainFn, e.forgetFn = e.publish, e.explain, e.forget
-	e.hub = e.system.Root.Spawn(actor.PropsFromProducer(func() actor.Actor {
-		return &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
-	}, actor.WithDispatcher(e.dispatch)))
+	e.hub = e.system.Root.Spawn(actors.Props(&hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}, e.dispatch))
 	for i, addr := range cfg.Nodes {
 		n := node.Spawn(e.system, node.Config{
 			Index: i, Addr: addr, Conn: conns[i],

@@ -62,11 +62,7 @@ func Spawn(system *actor.ActorSystem, cfg Config) (*actor.PID, *State) {
 	}
 	a := &leaseActor{cfg: cfg, system: system, state: newState(cfg.EventBuffer), votes: make([]node.Vote, len(cfg.Nodes)),
 		debug: cfg.Logger.Enabled(context.Background(), slog.LevelDebug)}
-	props := actor.PropsFromProducer(func() actor.Actor { return a })
-	if cfg.Dispatcher != nil {
-		props = actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(cfg.Dispatcher))
-	}
-	pid := system.Root.Spawn(props)
+	pid := system.Root.Spawn(actors.Props(a, cfg.Dispatcher))
 	return pid, a.state
 }
 

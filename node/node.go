@@ -78,11 +78,7 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 		idle:   make(chan struct{}),
 	}
 	a.start(cfg.First)
-	props := actor.PropsFromProducer(func() actor.Actor { return a })
-	if cfg.Dispatcher != nil {
-		props = actor.PropsFromProducer(func() actor.Actor { return a }, actor.WithDispatcher(cfg.Dispatcher))
-	}
-	pid := system.Root.Spawn(props)
+	pid := system.Root.Spawn(actors.Props(a, cfg.Dispatcher))
 	go a.sender()
 	return &Node{PID: pid, system: system, actor: a}
 }
