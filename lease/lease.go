@@ -171,12 +171,14 @@ func (a *leaseActor) startRound() {
 	a.roundTimer = actors.After(a.system, a.cfg.NodeTimeout, a.self, &roundTimeout{round: a.round})
 }
 
-// sendAll starts a new round: one command to every node.
+// sendAll starts a new round: one command to every node, the same
+// message to all of them (node actors only read it).
 func (a *leaseActor) sendAll(cmd func(r node.Request) node.Command) {
 	a.round++
 	clear(a.votes)
+	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self})
 	for _, pid := range a.cfg.Nodes {
-		a.system.Root.Send(pid, cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self}))
+		a.system.Root.Send(pid, c)
 	}
 	a.owed += len(a.cfg.Nodes)
 }
