@@ -27,6 +27,7 @@ type Engine struct {
 	dispatch  *actors.Dispatcher
 	nodes     []*node.Node
 	pids      []*actor.PID
+	leases    *lease.Pool
 
 	hub         *actor.PID // event fan-out to subscribers
 	subscribers atomic.Int32
@@ -68,6 +69,7 @@ func New(cfg Config) (*Engine, error) {
 		e.ownSystem = true
 	}
 	e.publishFn, e.explainFn, e.forgetFn = e.publish, e.explain, e.forget
+	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors)
 	e.hub = e.system.Root.Spawn(actors.Props(&hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}, e.dispatch))
 	for i, addr := range cfg.Nodes {
 		n := node.Spawn(e.system, node.Config{
@@ -229,8 +231,7 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 		Resource: resource, Key: key, Value: newValue(),
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
 		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
-		OnStop: e.forgetFn, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
-		Dispatcher: e.dispatch,
+		OnDone: e.forgetFn, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
 	}
 	if attempts > 1 {
 		cfg.BackOff = o.newBackOff()
@@ -249,14 +250,14 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 		e.mu.Unlock()
 		return nil, ErrClosed
 	}
-	// Spawned under the lock so Close sees every actor, and before its
-	// OnStop can run.
-	pid, st := lease.Spawn(e.system, cfg)
+	// Started under the lock so Close sees every lease, and before its
+	// OnDone can run.
+	pid, st := e.leases.Start(cfg)
 	e.live[st] = pid
 	e.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() {
-		e.system.Root.Send(pid, &lease.Cancel{Cause: contextError(ctx)})
+		e.system.Root.Send(pid, &lease.Cancel{State: st, Cause: contextError(ctx)})
 	})
 	r := awaitResult(reply, st)
 	stop()
@@ -358,13 +359,13 @@ func (e *Engine) Close() error {
 	}
 	e.mu.Unlock()
 
-	closing := &lease.Close{Err: errClosedLease, Abort: ErrClosed}
-	for _, pid := range live {
-		e.system.Root.Send(pid, closing)
+	for st, pid := range live {
+		e.system.Root.Send(pid, &lease.Close{State: st, Err: errClosedLease, Abort: ErrClosed})
 	}
 	for st := range live {
 		<-st.Stopped()
 	}
+	e.leases.Close()
 	_ = e.system.Root.PoisonFuture(e.hub).Wait() // after the leases' last events
 	for _, n := range e.nodes {
 		n.Stop()
@@ -375,6 +376,11 @@ func (e *Engine) Close() error {
 	}
 	return nil
 }
+
+// idleLeaseActors bounds the lease actors an engine keeps between leases
+// (lease.Pool): enough for thousands of leases a second to reuse actors
+// instead of spawning them, at a few hundred bytes each.
+const idleLeaseActors = 1024
 
 // errClosedLease ends the leases of a closing engine.
 var errClosedLease = errtext.Errorf(errtext.Prefix+"%w: %w", ErrReleased, ErrClosed)

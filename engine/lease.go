@@ -65,7 +65,7 @@ func (l *Lease) Err() error { return l.state.Err() }
 // Err when it had already ended.
 func (l *Lease) Release(ctx context.Context) error {
 	reply := make(chan lease.ReleaseResult, 1)
-	r, err := ask(ctx, l, &lease.Release{Reply: reply}, reply)
+	r, err := ask(ctx, l, &lease.Release{State: l.state, Reply: reply}, reply)
 	switch {
 	case err != nil:
 		return err
@@ -115,7 +115,7 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 // (the round goes on).
 func (l *Lease) Extend(ctx context.Context) error {
 	reply := make(chan lease.ExtendResult, 1)
-	r, err := ask(ctx, l, &lease.Extend{Reply: reply}, reply)
+	r, err := ask(ctx, l, &lease.Extend{State: l.state, Reply: reply}, reply)
 	if err != nil {
 		return err
 	}

@@ -30,8 +30,11 @@
 //     fails with ErrMaxHold); the lease expires at its deadline. Release
 //     ends it with ErrReleased.
 //  5. After the end (or the final failure) the actor waits for the votes it
-//     is still owed, bounded by the node timeout, then stops. Nothing it
-//     sent is left unanswered, so nothing is left running.
+//     is still owed, bounded by the node timeout, then is done with the
+//     lease: its Pool takes it back to run a later lease (what arrives late
+//     about this one, votes of its rounds, timers, calls on its State, is
+//     told apart and dropped or answered with its Err), or it stops.
+//     Nothing it sent is left unanswered, so nothing is left running.
 //
 // # Fencing tokens
 //

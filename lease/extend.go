@@ -35,7 +35,7 @@ func (a *leaseActor) planExtend(at time.Time) {
 	if a.extendTimer != nil {
 		a.extendTimer.Stop()
 	}
-	a.extendTimer = actors.After(a.system, time.Until(at), a.self, &extendTick{})
+	a.extendTimer = actors.After(a.system, time.Until(at), a.self, &extendTick{gen: a.gen})
 }
 
 // holdEnds is when MaxHold has passed: no extension round starts after it.

@@ -41,29 +41,17 @@ type Config struct {
 	FenceKey    string // non-empty: issue fencing tokens (see doc.go)
 	EventBuffer int    // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
-	Dispatcher  actor.Dispatcher // runs the mailbox; nil for protoactor's default
 
 	Reply   chan<- Result // buffered 1; receives exactly one Result
-	OnStop  func(*State)  // called once the actor stopped
-	Publish func(Event)   // if set, also gets every event; must not block
+	// OnDone is called once the actor is done with the lease: it ended
+	// or failed, and every vote it was owed is in (or the linger bound
+	// passed). State.Stopped is closed just before.
+	OnDone  func(*State)
+	Publish func(Event) // if set, also gets every event; must not block
 	Dropped *atomic.Uint64
 	// Explain turns a failed extension round into the error events and
 	// Extend carry (the engine names the nodes); nil keeps cause.
 	Explain func(votes []node.Vote, cause error) error
-}
-
-// Spawn starts a lease actor that begins acquiring at once.
-func Spawn(system *actor.ActorSystem, cfg Config) (*actor.PID, *State) {
-	if cfg.Logger == nil {
-		cfg.Logger = actors.Discard
-	}
-	if cfg.Explain == nil {
-		cfg.Explain = func(_ []node.Vote, cause error) error { return cause }
-	}
-	a := &leaseActor{cfg: cfg, system: system, state: newState(cfg.EventBuffer), votes: make([]node.Vote, len(cfg.Nodes)),
-		debug: cfg.Logger.Enabled(context.Background(), slog.LevelDebug)}
-	pid := system.Root.Spawn(actors.Props(a, cfg.Dispatcher))
-	return pid, a.state
 }
 
 type phase uint8
@@ -77,19 +65,32 @@ const (
 	ended // the lease is over; stops once owed votes are in
 )
 
+// leaseActor runs one lease at a time; a Pool gives it the next once it
+// is done with one.
 type leaseActor struct {
-	cfg    Config
-	debug  bool // log every vote: checked once, not per vote
 	system *actor.ActorSystem
 	self   *actor.PID
-	state  *State
+	pool   *Pool // takes the actor back when it is done with a lease
+	// round numbers the commands sent to all nodes, across every lease the
+	// actor runs, so that a late vote never matches a later lease's round.
+	round uint64
+	gen   uint64      // numbers the leases run: tags their timers' messages
+	votes []node.Vote // of the current round, by node; kept for the next lease
+
+	perLease // the current lease's; zero (state nil) between leases
+}
+
+// perLease is a lease actor's state for one lease.
+type perLease struct {
+	cfg   Config
+	debug bool // log every vote: checked once, not per vote
+	state *State
 
 	phase       phase
-	round       uint64      // number of the last command sent to all nodes
-	start       time.Time   // start of the current acquire or extend round
-	tally       tally       // of the current acquire or extend round
-	votes       []node.Vote // of the current round, by node
-	owed        int         // votes not yet received
+	firstRound  uint64    // the lease's first round: older votes are stale
+	start       time.Time // start of the current acquire or extend round
+	tally       tally     // of the current acquire or extend round
+	owed        int       // votes not yet received
 	attempts    int
 	cause       error // why acquiring failed
 	failedVotes []node.Vote
@@ -107,14 +108,83 @@ type leaseActor struct {
 
 func (a *leaseActor) Receive(ctx actor.Context) {
 	defer actors.Recover(func(reason any) { a.crash(ctx, reason) })
-	a.onDeadline() // the deadline timer may have ended the lease
-	switch m := ctx.Message().(type) {
+	msg := ctx.Message()
+	switch m := msg.(type) {
+	case *actor.Started:
+		a.self = ctx.Self()
+		return
+	case *actor.Stopped:
+		a.stopped()
+		return
+	case *begin:
+		a.begin(m)
+	default:
+		if !a.current(msg) {
+			answerStale(msg)
+			return
+		}
+		a.onDeadline() // the deadline timer may have ended the lease
+		a.handle(msg)
+	}
+	a.maybeDone(ctx)
+}
+
+// begin starts a lease: the actor is idle (a new one, or one the pool
+// gave back).
+func (a *leaseActor) begin(m *begin) {
+	a.gen++
+	a.perLease = perLease{cfg: m.cfg, state: m.state, firstRound: a.round + 1,
+		debug: m.cfg.Logger.Enabled(context.Background(), slog.LevelDebug)}
+	if len(a.votes) != len(a.cfg.Nodes) {
+		a.votes = make([]node.Vote, len(a.cfg.Nodes))
+	}
+	a.startRound()
+}
+
+// current reports whether msg is about the lease the actor runs now, and
+// not a late reply, timer or call about an earlier one.
+func (a *leaseActor) current(msg any) bool {
+	if a.state == nil {
+		return false
+	}
+	switch m := msg.(type) {
+	case *node.Vote:
+		return m.Round >= a.firstRound
+	case *Release:
+		return m.State == a.state
+	case *Extend:
+		return m.State == a.state
+	case *Cancel:
+		return m.State == a.state
+	case *Close:
+		return m.State == a.state
+	case *retry:
+		return m.gen == a.gen
+	case *extendTick:
+		return m.gen == a.gen
+	case *linger:
+		return m.gen == a.gen
+	}
+	return true // roundTimeout checks its round, expire the state
+}
+
+// answerStale answers a call about a lease that has ended (the actor has
+// moved on, or is idle) with that lease's Err; anything else about it is
+// dropped.
+func answerStale(msg any) {
+	switch m := msg.(type) {
+	case *Release:
+		m.Reply <- ReleaseResult{Err: m.State.Err()}
+	case *Extend:
+		m.Reply <- ExtendResult{Err: m.State.Err()}
+	}
+}
+
+func (a *leaseActor) handle(msg any) {
+	switch m := msg.(type) {
 	case *node.Vote:
 		a.owed--
 		a.vote(m)
-	case *actor.Started:
-		a.self = ctx.Self()
-		a.startRound()
 	case *roundTimeout:
 		if m.round == a.round {
 			a.roundTimedOut()
@@ -151,15 +221,19 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		}
 	case *linger:
 		a.owed = 0
-	case *actor.Stopped:
-		a.stopTimers()
-		close(a.state.stopped)
-		if a.cfg.OnStop != nil {
-			a.cfg.OnStop(a.state)
-		}
-		return
 	}
-	a.maybeStop(ctx)
+}
+
+// stopped: the actor stops (a crash, or the pool closing). A lease it was
+// still running is done with.
+func (a *leaseActor) stopped() {
+	if a.state != nil {
+		a.stopTimers()
+		a.done()
+	}
+	if a.pool != nil {
+		a.pool.actors.Done()
+	}
 }
 
 func (a *leaseActor) startRound() {
@@ -302,7 +376,7 @@ func (a *leaseActor) roundFailed(cause error) {
 		d += max(time.Until(back), 0)
 	}
 	a.phase = waiting
-	a.retryTimer = actors.After(a.system, d, a.self, &retry{})
+	a.retryTimer = actors.After(a.system, d, a.self, &retry{gen: a.gen})
 }
 
 // abort gives up acquiring because of cause (a context or the engine).
@@ -343,9 +417,10 @@ func (a *leaseActor) armDeadline() {
 	if a.expireTimer != nil {
 		a.expireTimer.Stop()
 	}
-	a.expireTimer = time.AfterFunc(time.Until(a.state.ends()), func() {
-		if a.state.expireIfDue(time.Now()) {
-			a.system.Root.Send(a.self, &expire{})
+	st, system, self := a.state, a.system, a.self // the actor may move on to another lease
+	a.expireTimer = time.AfterFunc(time.Until(st.ends()), func() {
+		if st.expireIfDue(time.Now()) {
+			system.Root.Send(self, &expire{})
 		}
 	})
 }
@@ -440,12 +515,13 @@ const (
 // answer (it always does, by the node timeout; this is the safety net).
 func (a *leaseActor) startLinger() {
 	if a.owed > 0 {
-		a.lingerTimer = actors.After(a.system, lingerTimeouts*a.cfg.NodeTimeout+lingerSlack, a.self, &linger{})
+		a.lingerTimer = actors.After(a.system, lingerTimeouts*a.cfg.NodeTimeout+lingerSlack, a.self, &linger{gen: a.gen})
 	}
 }
 
-// maybeStop answers and stops once the actor is done and owes nothing.
-func (a *leaseActor) maybeStop(ctx actor.Context) {
+// maybeDone answers, and is done with the lease, once it ended or failed
+// and the actor owes nothing: it goes back to the pool, or stops.
+func (a *leaseActor) maybeDone(ctx actor.Context) {
 	if a.owed > 0 || (a.phase != failing && a.phase != ended) {
 		return
 	}
@@ -454,7 +530,20 @@ func (a *leaseActor) maybeStop(ctx actor.Context) {
 		a.answerRelease(true)
 	}
 	a.stopTimers()
-	ctx.Stop(a.self)
+	a.done()
+	if a.pool == nil || !a.pool.put(a.self) {
+		ctx.Stop(a.self)
+	}
+}
+
+// done closes the lease's Stopped, tells OnDone and leaves the actor idle.
+func (a *leaseActor) done() {
+	st, onDone := a.state, a.cfg.OnDone
+	close(st.stopped)
+	a.perLease = perLease{}
+	if onDone != nil {
+		onDone(st)
+	}
 }
 
 // answerFailure tells the acquirer, once, why acquiring failed.
@@ -482,6 +571,10 @@ func (a *leaseActor) stopTimers() {
 // crash ends whatever the actor was doing with an error instead of letting
 // protoactor restart it with empty state.
 func (a *leaseActor) crash(ctx actor.Context, reason any) {
+	if a.state == nil { // idle: no lease to end
+		ctx.Stop(a.self)
+		return
+	}
 	err := fmt.Errorf("redlease: lease actor panicked: %v", reason)
 	a.cfg.Logger.Error("redlease: lease actor panicked", "resource", a.cfg.Resource, "panic", reason)
 	switch a.phase {

@@ -98,7 +98,7 @@ func spawn(f *fakeNodes, cfg Config) (chan Result, *State) {
 	if cfg.DriftFactor == 0 {
 		cfg.DriftFactor = 0.01
 	}
-	_, st := Spawn(f.system, cfg)
+	_, st := NewPool(f.system, nil, 0).Start(cfg) // keeps no actor: one per lease
 	return reply, st
 }
 

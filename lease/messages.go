@@ -39,10 +39,15 @@ type ExtendResult struct {
 	Err error // nil: extended; the lease's Err if it had ended or got lost
 }
 
+// The calls below name the lease they are about by its State: the actor
+// runs one lease after another, and a call about one it is done with is
+// answered with that lease's Err, or dropped.
+
 // Release asks the actor to release the held lease on every node and end it
 // with ErrReleased. Reply (buffered 1) receives the node outcomes.
 type Release struct {
 	actors.Late
+	State *State
 	Reply chan<- ReleaseResult
 }
 
@@ -50,12 +55,14 @@ type Release struct {
 // flight). Reply (buffered 1) receives the outcome.
 type Extend struct {
 	actors.Late
+	State *State
 	Reply chan<- ExtendResult
 }
 
 // Cancel tells an actor still acquiring that its caller's context ended.
 type Cancel struct {
 	actors.Late
+	State *State
 	Cause error
 }
 
@@ -64,8 +71,15 @@ type Cancel struct {
 // lease that was never held was not released.
 type Close struct {
 	actors.Late
+	State *State
 	Err   error // a held lease ends with it
 	Abort error // an acquisition in progress fails with it
+}
+
+// begin gives an idle actor a lease to acquire.
+type begin struct {
+	cfg   Config
+	state *State
 }
 
 // Timer messages, from the actor to itself; one may fire as the actor
@@ -75,8 +89,19 @@ type (
 		actors.Late
 		round uint64
 	}
-	retry      struct{ actors.Late }
-	extendTick struct{ actors.Late }
-	expire     struct{ actors.Late }
-	linger     struct{ actors.Late }
+	// Those of retry, extendTick and linger name the lease (its gen) they
+	// were set for: the actor may have moved on to another since.
+	retry struct {
+		actors.Late
+		gen uint64
+	}
+	extendTick struct {
+		actors.Late
+		gen uint64
+	}
+	linger struct {
+		actors.Late
+		gen uint64
+	}
+	expire struct{ actors.Late }
 )

@@ -12,7 +12,7 @@ import (
 // concurrent use.
 type State struct {
 	done    chan struct{} // closed once, under mu, by whoever ends the lease: the actor or its deadline timer
-	stopped chan struct{} // closed by the actor when it stopped
+	stopped chan struct{} // closed by the actor when it is done with the lease
 	events  chan Event    // sent to and closed by the actor only
 	err     error         // written once, before done closes
 	start   time.Time     // start of the winning round, written before the Result is sent
@@ -35,8 +35,10 @@ func newState(events int) *State {
 // the lease (so that a busy mailbox cannot delay it).
 func (s *State) Done() <-chan struct{} { return s.done }
 
-// Stopped is closed when the lease actor has stopped: no message sent to it
-// will be answered after that.
+// Stopped is closed when the lease actor is done with the lease: it ended
+// or failed, and the votes it was owed are in. The actor then runs another
+// lease or stops; a call about this one is answered with its Err, or not
+// at all.
 func (s *State) Stopped() <-chan struct{} { return s.stopped }
 
 // Events is the lease's event channel, closed after the terminal event.

@@ -1,0 +1,85 @@
+package lease
+
+import (
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/node"
+)
+
+// Pool starts leases on lease actors, and keeps the actors that are done
+// with one (up to a bound) to run the next: spawning and stopping an actor
+// cost more than a lease's own messages. An actor runs one lease at a
+// time; the round numbers of its votes and the tags of its timers keep
+// what arrives late about one lease out of the next.
+type Pool struct {
+	system     *actor.ActorSystem
+	dispatcher actor.Dispatcher
+	keep       int
+
+	mu     sync.Mutex
+	idle   []*actor.PID
+	closed bool
+	actors sync.WaitGroup // every actor spawned, until it stopped
+}
+
+// NewPool returns a pool whose actors run on dispatcher (nil:
+// protoactor's default) and which keeps at most keep idle actors; with
+// keep 0 every actor stops after its lease.
+func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int) *Pool {
+	return &Pool{system: system, dispatcher: dispatcher, keep: keep}
+}
+
+// Start starts acquiring cfg's lease on an idle actor, or a new one, and
+// returns the actor and the lease's State. Not after Close.
+func (p *Pool) Start(cfg Config) (*actor.PID, *State) {
+	if cfg.Logger == nil {
+		cfg.Logger = actors.Discard
+	}
+	if cfg.Explain == nil {
+		cfg.Explain = func(_ []node.Vote, cause error) error { return cause }
+	}
+	st := newState(cfg.EventBuffer)
+	p.mu.Lock()
+	var pid *actor.PID
+	if n := len(p.idle); n > 0 {
+		pid = p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+	}
+	p.mu.Unlock()
+	if pid == nil {
+		p.actors.Add(1)
+		pid = p.system.Root.Spawn(actors.Props(&leaseActor{system: p.system, pool: p}, p.dispatcher))
+	}
+	p.system.Root.Send(pid, &begin{cfg: cfg, state: st})
+	return pid, st
+}
+
+// put takes back an actor that is done with its lease; false when the
+// pool is full or closed: the actor stops.
+func (p *Pool) put(pid *actor.PID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle) >= p.keep {
+		return false
+	}
+	p.idle = append(p.idle, pid)
+	return true
+}
+
+// Close stops the idle actors and waits until every actor has stopped:
+// call it once every lease started is done (its State's Stopped closed).
+func (p *Pool) Close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, pid := range idle {
+		p.system.Root.Stop(pid)
+	}
+	p.actors.Wait()
+}
