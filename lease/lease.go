@@ -42,7 +42,7 @@ type Config struct {
 	EventBuffer int    // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
 
-	Reply   chan<- Result // buffered 1; receives exactly one Result
+	Reply chan<- Result // buffered 1; receives exactly one Result
 	// OnDone is called once the actor is done with the lease: it ended
 	// or failed, and every vote it was owed is in (or the linger bound
 	// passed). State.Stopped is closed just before.
