@@ -82,9 +82,11 @@ type leaseActor struct {
 
 // perLease is a lease actor's state for one lease.
 type perLease struct {
-	cfg   Config
-	debug bool // log every vote: checked once, not per vote
-	state *State
+	cfg Config
+	// Log every vote (debug), and the start and end of the lease (info):
+	// checked once, as a call with arguments allocates even when dropped.
+	debug, info bool
+	state       *State
 
 	phase       phase
 	firstRound  uint64    // the lease's first round: older votes are stale
@@ -134,7 +136,8 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 func (a *leaseActor) begin(m *begin) {
 	a.gen++
 	a.perLease = perLease{cfg: m.cfg, state: m.state, firstRound: a.round + 1,
-		debug: m.cfg.Logger.Enabled(context.Background(), slog.LevelDebug)}
+		debug: m.cfg.Logger.Enabled(context.Background(), slog.LevelDebug),
+		info:  m.cfg.Logger.Enabled(context.Background(), slog.LevelInfo)}
 	if len(a.votes) != len(a.cfg.Nodes) {
 		a.votes = make([]node.Vote, len(a.cfg.Nodes))
 	}
@@ -173,6 +176,8 @@ func (a *leaseActor) current(msg any) bool {
 // dropped.
 func answerStale(msg any) {
 	switch m := msg.(type) {
+	case *node.Vote:
+		m.Free()
 	case *Release:
 		m.Reply <- ReleaseResult{Err: m.State.Err()}
 	case *Extend:
@@ -185,6 +190,7 @@ func (a *leaseActor) handle(msg any) {
 	case *node.Vote:
 		a.owed--
 		a.vote(m)
+		m.Free() // vote copied it
 	case *roundTimeout:
 		if m.round == a.round {
 			a.roundTimedOut()
@@ -341,8 +347,10 @@ func (a *leaseActor) hold() {
 	a.reply(Result{Attempts: a.attempts})
 	a.emit(Acquired, nil)
 	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
-	a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
-		"until", a.state.Until())
+	if a.info {
+		a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
+			"until", a.state.Until())
+	}
 }
 
 // roundFailed cleans up after an acquire round that did not win and
@@ -486,7 +494,7 @@ func (a *leaseActor) wrapUp(err error) {
 	a.waiters = nil
 	if kind == Lost {
 		a.cfg.Logger.Warn("redlease: lease lost", "resource", a.cfg.Resource, "err", err)
-	} else {
+	} else if a.info {
 		a.cfg.Logger.Info("redlease: lease ended", "resource", a.cfg.Resource, "err", err)
 	}
 	a.startLinger()
@@ -530,8 +538,11 @@ func (a *leaseActor) maybeDone(ctx actor.Context) {
 		a.answerRelease(true)
 	}
 	a.stopTimers()
+	// Back in the pool first: once Stopped is closed, the next lease may
+	// look for an idle actor. Its begin waits in the mailbox meanwhile.
+	reuse := a.pool != nil && a.pool.put(a.self)
 	a.done()
-	if a.pool == nil || !a.pool.put(a.self) {
+	if !reuse {
 		ctx.Stop(a.self)
 	}
 }

@@ -140,6 +140,7 @@ type nodeActor struct {
 	stats  Stats
 	health health
 
+	ttl      millis        // the sender goroutine's: TTLs as the scripts take them
 	work     chan job      // to the sender goroutine; holds at most the one job in flight
 	idle     chan struct{} // closed when the sender goroutine returned
 	stopOnce sync.Once
@@ -339,7 +340,7 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	}
 	skip := len(cmds)
 	for i := range batch {
-		cmds = append(cmds, batch[i].build(client, false, a.cfg.EpochKey, j.epoch))
+		cmds = append(cmds, batch[i].build(client, false, a.cfg.EpochKey, j.epoch, &a.ttl))
 	}
 	results := client.DoMulti(ctx, cmds...)
 	if err := results[0].Error(); errors.Is(err, errUnchecked) {
@@ -361,7 +362,7 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	if i := firstNoScript(results); i >= 0 {
 		cmds = cmds[:0]
 		for k := i; k < len(batch); k++ {
-			cmds = append(cmds, batch[k].build(client, true, a.cfg.EpochKey, j.epoch))
+			cmds = append(cmds, batch[k].build(client, true, a.cfg.EpochKey, j.epoch, &a.ttl))
 		}
 		copy(results[i:], client.DoMulti(ctx, cmds...))
 	}
@@ -443,23 +444,25 @@ func parseResult(r rueidis.RedisResult) (n int64, counter uint64, err error) {
 }
 
 func (a *nodeActor) replyCounter(e *entry, now time.Time, counter uint64) {
-	a.system.Root.Send(e.req.ReplyTo, &Vote{
-		Node: a.cfg.Index, Round: e.req.Round, Outcome: Granted, RTT: now.Sub(e.queued), Counter: counter,
-	})
+	a.answer(e, Vote{Outcome: Granted, RTT: now.Sub(e.queued), Counter: counter})
 }
 
 func (a *nodeActor) reply(e *entry, o Outcome, now time.Time, err error) {
-	a.system.Root.Send(e.req.ReplyTo, &Vote{
-		Node: a.cfg.Index, Round: e.req.Round, Outcome: o, RTT: now.Sub(e.queued), Err: err,
-	})
+	a.answer(e, Vote{Outcome: o, RTT: now.Sub(e.queued), Err: err})
 }
 
 // replyQuarantined refuses an acquire while the node sits out, saying
 // until when, so the lease can wait for it instead of retrying blindly.
 func (a *nodeActor) replyQuarantined(e *entry, now, until time.Time) {
-	a.system.Root.Send(e.req.ReplyTo, &Vote{
-		Node: a.cfg.Index, Round: e.req.Round, Outcome: Failed, RTT: now.Sub(e.queued), Err: ErrQuarantined, Until: until,
-	})
+	a.answer(e, Vote{Outcome: Failed, RTT: now.Sub(e.queued), Err: ErrQuarantined, Until: until})
+}
+
+// answer sends v, from this node and for e's round, to e's sender.
+func (a *nodeActor) answer(e *entry, v Vote) {
+	p := votes.Get().(*Vote)
+	*p = v
+	p.Node, p.Round = a.cfg.Index, e.req.Round
+	a.system.Root.Send(e.req.ReplyTo, p)
 }
 
 func (a *nodeActor) failQueued(err error) {

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"strconv"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -45,10 +46,25 @@ var scripts = [...]script{
 	opFence:         newScript(fenceLua),
 }
 
+// millis formats TTLs in milliseconds, remembering the last: nearly every
+// command of a node carries the engine's one TTL, so this saves an
+// allocation per command.
+type millis struct {
+	d    time.Duration
+	text string
+}
+
+func (m *millis) format(d time.Duration) string {
+	if d != m.d || m.text == "" {
+		m.d, m.text = d, strconv.FormatInt(d.Milliseconds(), 10)
+	}
+	return m.text
+}
+
 // build returns the EVALSHA command for e, or with full the EVAL command.
 // Acquires name the epoch key too, and require the marker epoch unless it
 // is "".
-func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string) rueidis.Completed {
+func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *millis) rueidis.Completed {
 	s := &scripts[e.op]
 	var (
 		keys   = [3]string{e.req.Key}
@@ -58,7 +74,7 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string) rueid
 	switch e.op {
 	case opAcquire, opAcquireFenced:
 		keys[1] = epochKey
-		args[1] = strconv.FormatInt(e.ttl.Milliseconds(), 10)
+		args[1] = ttl.format(e.ttl)
 		args[2] = epoch
 		nk, na = 2, 3
 		if e.op == opAcquireFenced {
@@ -66,7 +82,7 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string) rueid
 			nk = 3
 		}
 	case opExtend:
-		args[1] = strconv.FormatInt(e.ttl.Milliseconds(), 10)
+		args[1] = ttl.format(e.ttl)
 		na = 2
 	case opFence:
 		keys[1] = e.fenceKey
