@@ -33,9 +33,10 @@ import (
 //   - ~6 per batch in node and rueidis (context with deadline, the
 //     command slice, TTL strings), shared by every command of the batch.
 func BenchmarkAcquireRelease(b *testing.B) {
-	for _, workers := range []int{1, 16, 128, 512} {
-		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
-			c := startNodes(b, 5)
+	for _, bc := range []struct{ nodes, workers int }{{5, 1}, {5, 16}, {5, 128}, {5, 512}, {1, 1}, {1, 128}, {1, 512}} {
+		nodes, workers := bc.nodes, bc.workers
+		b.Run(fmt.Sprintf("nodes=%d/workers=%d", nodes, workers), func(b *testing.B) {
+			c := startNodes(b, nodes)
 			e, err := New(Config{Nodes: c.Addrs(), NodeTimeout: time.Second})
 			if err != nil {
 				b.Fatal(err)

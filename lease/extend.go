@@ -3,7 +3,6 @@ package lease
 import (
 	"time"
 
-	"github.com/redlease/redlease/actors"
 	"github.com/redlease/redlease/internal/errtext"
 )
 
@@ -32,10 +31,7 @@ func (a *leaseActor) planExtend(at time.Time) {
 		a.holdOver()
 		return
 	}
-	if a.extendTimer != nil {
-		a.extendTimer.Stop()
-	}
-	a.extendTimer = actors.After(a.system, time.Until(at), a.self, &extendTick{gen: a.gen})
+	a.setAlarm(at)
 }
 
 // holdEnds is when MaxHold has passed: no extension round starts after it.
@@ -46,9 +42,7 @@ func (a *leaseActor) holdEnds() time.Time { return a.acquired.Add(a.cfg.MaxHold)
 func (a *leaseActor) holdOver() {
 	a.extendsOver = true
 	a.state.setAtDeadline(ErrExpired)
-	if a.extendTimer != nil {
-		a.extendTimer.Stop()
-	}
+	a.clearAlarm()
 }
 
 func (a *leaseActor) startExtend() {
@@ -56,7 +50,7 @@ func (a *leaseActor) startExtend() {
 	a.tally = tally{n: len(a.cfg.Nodes)}
 	a.start = time.Now()
 	a.sendAll(a.extendCmd)
-	a.roundTimer = actors.After(a.system, a.cfg.NodeTimeout, a.self, &roundTimeout{round: a.round})
+	a.setAlarm(a.start.Add(a.cfg.NodeTimeout))
 }
 
 // onExtend runs a manual extension, or joins the round in flight. Past
@@ -74,10 +68,7 @@ func (a *leaseActor) onExtend(m *Extend) {
 	}
 	a.waiters = append(a.waiters, m.Reply)
 	if !a.extending {
-		if a.extendTimer != nil {
-			a.extendTimer.Stop()
-		}
-		a.startExtend()
+		a.startExtend() // in place of the planned one
 	}
 }
 
@@ -94,7 +85,7 @@ func (a *leaseActor) extendVote() {
 			a.extendFailed(errTooSlow)
 		}
 	case a.tally.taken >= Quorum(a.tally.n):
-		a.roundTimer.Stop()
+		a.clearAlarm()
 		err := errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, a.cfg.Explain(a.votes, errNotMine))
 		a.sendAll(a.releaseCmd) // our key may linger on a minority
 		a.end(err)
@@ -104,7 +95,7 @@ func (a *leaseActor) extendVote() {
 }
 
 func (a *leaseActor) extended() {
-	a.roundTimer.Stop()
+	a.clearAlarm()
 	a.extending = false
 	if !a.state.extendTo(a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.atDeadline(nil)) {
 		a.onDeadline() // the deadline passed while the votes were counted
@@ -120,7 +111,7 @@ func (a *leaseActor) extended() {
 // tries again soon (randomized, so contending rounds do not align) while
 // the validity lasts.
 func (a *leaseActor) extendFailed(cause error) {
-	a.roundTimer.Stop()
+	a.clearAlarm()
 	a.extending = false
 	err := a.cfg.Explain(a.votes, cause)
 	a.state.setAtDeadline(a.atDeadline(err))

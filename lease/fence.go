@@ -1,7 +1,8 @@
 package lease
 
 import (
-	"github.com/redlease/redlease/actors"
+	"time"
+
 	"github.com/redlease/redlease/node"
 )
 
@@ -10,7 +11,6 @@ import (
 // the lease is held only once a quorum of those granting nodes has stored
 // it (see "Fencing tokens" in doc.go for why each step is needed).
 func (a *leaseActor) startFence() {
-	a.roundTimer.Stop()
 	a.phase = fencing
 	var granting []int
 	a.token = 0
@@ -34,5 +34,5 @@ func (a *leaseActor) startFence() {
 		})
 	}
 	a.owed += len(granting)
-	a.roundTimer = actors.After(a.system, a.cfg.NodeTimeout, a.self, &roundTimeout{round: a.round})
+	a.setAlarm(time.Now().Add(a.cfg.NodeTimeout))
 }

@@ -74,8 +74,10 @@ type leaseActor struct {
 	// round numbers the commands sent to all nodes, across every lease the
 	// actor runs, so that a late vote never matches a later lease's round.
 	round uint64
-	gen   uint64      // numbers the leases run: tags their timers' messages
 	votes []node.Vote // of the current round, by node; kept for the next lease
+	// alarm wakes the actor (a *wake) at perLease.alarmAt: the one timer
+	// of every lease it runs, made once.
+	alarm *time.Timer
 
 	perLease // the current lease's; zero (state nil) between leases
 }
@@ -105,7 +107,13 @@ type perLease struct {
 	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
 	token       uint64                // fencing token of the won round
 
-	roundTimer, retryTimer, expireTimer, extendTimer, lingerTimer *time.Timer
+	// alarmAt is when the alarm is due (zero: not set); what it means
+	// follows from the phase: the end of the round in flight (acquiring,
+	// fencing, held and extending), the next round (waiting), the next
+	// automatic extension (held), the end of the wait for owed votes
+	// (failing, ended).
+	alarmAt     time.Time
+	expireTimer *time.Timer // the lease's end (see armDeadline)
 }
 
 func (a *leaseActor) Receive(ctx actor.Context) {
@@ -134,7 +142,6 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 // begin starts a lease: the actor is idle (a new one, or one the pool
 // gave back).
 func (a *leaseActor) begin(m *begin) {
-	a.gen++
 	a.perLease = perLease{cfg: m.cfg, state: m.state, firstRound: a.round + 1,
 		debug: m.cfg.Logger.Enabled(context.Background(), slog.LevelDebug),
 		info:  m.cfg.Logger.Enabled(context.Background(), slog.LevelInfo)}
@@ -161,14 +168,8 @@ func (a *leaseActor) current(msg any) bool {
 		return m.State == a.state
 	case *Close:
 		return m.State == a.state
-	case *retry:
-		return m.gen == a.gen
-	case *extendTick:
-		return m.gen == a.gen
-	case *linger:
-		return m.gen == a.gen
 	}
-	return true // roundTimeout checks its round, expire the state
+	return true // wake checks the alarm, expire the state
 }
 
 // answerStale answers a call about a lease that has ended (the actor has
@@ -191,18 +192,8 @@ func (a *leaseActor) handle(msg any) {
 		a.owed--
 		a.vote(m)
 		m.Free() // vote copied it
-	case *roundTimeout:
-		if m.round == a.round {
-			a.roundTimedOut()
-		}
-	case *retry:
-		if a.phase == waiting {
-			a.startRound()
-		}
-	case *extendTick:
-		if a.phase == held && !a.extending {
-			a.startExtend()
-		}
+	case *wake:
+		a.onAlarm()
 	case *expire:
 		a.onDeadline()
 	case *Extend:
@@ -225,8 +216,46 @@ func (a *leaseActor) handle(msg any) {
 		} else {
 			a.abort(m.Abort)
 		}
-	case *linger:
-		a.owed = 0
+	}
+}
+
+// setAlarm wakes the actor at t, in place of any earlier setting.
+func (a *leaseActor) setAlarm(t time.Time) {
+	a.alarmAt = t
+	if a.alarm == nil {
+		system, self := a.system, a.self
+		a.alarm = time.AfterFunc(time.Until(t), func() { system.Root.Send(self, wakeUp) })
+		return
+	}
+	a.alarm.Reset(time.Until(t))
+}
+
+func (a *leaseActor) clearAlarm() {
+	if !a.alarmAt.IsZero() {
+		a.alarmAt = time.Time{}
+		a.alarm.Stop()
+	}
+}
+
+// onAlarm acts on the alarm if it is due: a wake of an earlier setting
+// (the timer fired as it was reset), or of a lease the actor ran before,
+// finds it not due, or not set, and does nothing.
+func (a *leaseActor) onAlarm() {
+	if a.alarmAt.IsZero() || time.Now().Before(a.alarmAt) {
+		return
+	}
+	a.alarmAt = time.Time{}
+	switch {
+	case a.phase == acquiring || a.phase == fencing:
+		a.roundFailed(errRoundTimeout)
+	case a.phase == held && a.extending:
+		a.extendFailed(errRoundTimeout)
+	case a.phase == waiting:
+		a.startRound()
+	case a.phase == held:
+		a.startExtend()
+	case a.phase == failing || a.phase == ended:
+		a.owed = 0 // waited long enough for the votes owed
 	}
 }
 
@@ -248,7 +277,7 @@ func (a *leaseActor) startRound() {
 	a.tally = tally{n: len(a.cfg.Nodes)}
 	a.start = time.Now()
 	a.sendAll(a.acquireCmd)
-	a.roundTimer = actors.After(a.system, a.cfg.NodeTimeout, a.self, &roundTimeout{round: a.round})
+	a.setAlarm(a.start.Add(a.cfg.NodeTimeout))
 }
 
 // sendAll starts a new round: one command to every node, the same
@@ -328,17 +357,8 @@ func (a *leaseActor) answerRelease(all bool) {
 	a.release = nil
 }
 
-func (a *leaseActor) roundTimedOut() {
-	switch {
-	case a.phase == acquiring || a.phase == fencing:
-		a.roundFailed(errRoundTimeout)
-	case a.phase == held && a.extending:
-		a.extendFailed(errRoundTimeout)
-	}
-}
-
 func (a *leaseActor) hold() {
-	a.roundTimer.Stop()
+	a.clearAlarm()
 	a.phase = held
 	a.acquired = a.start
 	a.state.token = a.token
@@ -358,7 +378,7 @@ func (a *leaseActor) hold() {
 // only nodes in restart quarantine kept the round from a quorum, the next
 // round waits until enough of them are back: an earlier one cannot win.
 func (a *leaseActor) roundFailed(cause error) {
-	a.roundTimer.Stop()
+	a.clearAlarm()
 	a.failedVotes = append(a.failedVotes[:0], a.votes...)
 	a.sendAll(a.releaseCmd) // all N: a grant may be on its way from any node
 	back := quarantineEnd(a.failedVotes)
@@ -384,19 +404,19 @@ func (a *leaseActor) roundFailed(cause error) {
 		d += max(time.Until(back), 0)
 	}
 	a.phase = waiting
-	a.retryTimer = actors.After(a.system, d, a.self, &retry{gen: a.gen})
+	a.setAlarm(time.Now().Add(d))
 }
 
 // abort gives up acquiring because of cause (a context or the engine).
 func (a *leaseActor) abort(cause error) {
 	switch a.phase {
 	case acquiring, fencing:
-		a.roundTimer.Stop()
+		a.clearAlarm()
 		a.failedVotes = append(a.failedVotes[:0], a.votes...)
 		a.sendAll(a.releaseCmd)
 		a.giveUp(cause)
 	case waiting:
-		a.retryTimer.Stop()
+		a.clearAlarm()
 		a.giveUp(cause)
 	}
 }
@@ -523,7 +543,7 @@ const (
 // answer (it always does, by the node timeout; this is the safety net).
 func (a *leaseActor) startLinger() {
 	if a.owed > 0 {
-		a.lingerTimer = actors.After(a.system, lingerTimeouts*a.cfg.NodeTimeout+lingerSlack, a.self, &linger{gen: a.gen})
+		a.setAlarm(time.Now().Add(lingerTimeouts*a.cfg.NodeTimeout + lingerSlack))
 	}
 }
 
@@ -572,10 +592,9 @@ func (a *leaseActor) reply(r Result) {
 }
 
 func (a *leaseActor) stopTimers() {
-	for _, t := range [...]*time.Timer{a.roundTimer, a.retryTimer, a.expireTimer, a.extendTimer, a.lingerTimer} {
-		if t != nil {
-			t.Stop()
-		}
+	a.clearAlarm()
+	if a.expireTimer != nil {
+		a.expireTimer.Stop()
 	}
 }
 

@@ -165,6 +165,20 @@ func TestStaleVotesIgnored(t *testing.T) {
 	}
 }
 
+// A wake before the alarm is due (one the timer sent as it was reset, or
+// set for a lease the actor ran before) does not end the round.
+func TestEarlyWakeIgnored(t *testing.T) {
+	f := newFakeNodes(t, 3)
+	reply, _ := spawn(f, Config{TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1})
+	r, to := round[*node.Acquire](t, f)
+	f.system.Root.Send(to, wakeUp)
+	f.vote(to, 0, r, node.Granted)
+	f.vote(to, 1, r, node.Granted)
+	if res := result(t, reply); res.Err != nil {
+		t.Fatalf("acquire failed after an early wake: %v", res.Err)
+	}
+}
+
 // Once a quorum is out of reach the round fails at once and every node is
 // told to release, then the failure is reported.
 func TestImpossibleQuorumFailsAndCleansUp(t *testing.T) {

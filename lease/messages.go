@@ -82,26 +82,12 @@ type begin struct {
 	state *State
 }
 
-// Timer messages, from the actor to itself; one may fire as the actor
-// stops.
+// Timer messages, from the actor to itself; one may arrive after the
+// actor moved on to another lease, or stopped.
 type (
-	roundTimeout struct {
-		actors.Late
-		round uint64
-	}
-	// Those of retry, extendTick and linger name the lease (its gen) they
-	// were set for: the actor may have moved on to another since.
-	retry struct {
-		actors.Late
-		gen uint64
-	}
-	extendTick struct {
-		actors.Late
-		gen uint64
-	}
-	linger struct {
-		actors.Late
-		gen uint64
-	}
-	expire struct{ actors.Late }
+	wake   struct{ actors.Late } // the alarm (see setAlarm)
+	expire struct{ actors.Late } // the deadline timer ended the lease
 )
+
+// wakeUp is every alarm's message: it carries nothing.
+var wakeUp = &wake{}
