@@ -9,29 +9,31 @@ import (
 )
 
 // BenchmarkAcquireRelease measures uncontended acquire+release cycles on 5
-// real nodes: each goroutine loops over its own resources.
+// real nodes, and on 1: each goroutine loops over its own resources.
 //
-//	go test -run '^$' -bench AcquireRelease -cpu 1,2 ./engine/
+//	go test -run '^$' -bench AcquireRelease -benchmem ./engine/
 //
-// Where the ~110 allocations of a cycle go (16 workers, from
-// -memprofile -memprofilerate 1, per cycle), and why each is there:
-//   - 16 protoactor mailbox schedules (a method value each time a mailbox
-//     goes from idle to busy) and ~15 for spawning and stopping the lease
-//     actor (props, process, registry entry, two mailbox queues, context):
-//     the price of one actor per lease, which serializes its state
-//     without locks.
-//   - 10 votes and 10 commands (5 acquires, 5 releases): one message per
-//     node per round, the actor protocol. Pooling them is possible but
-//     needs care, as a late vote can outlive its round.
-//   - ~5 for the lease's State and its Done, Stopped and Events channels,
-//     which the API hands to the holder.
-//   - ~5 timers: the round's node timeout and the validity deadline (the
-//     deadline is what makes loss never late).
-//   - ~6 in Acquire: the reply channel, the Lease, the lock key, the owner
-//     value, and context.AfterFunc so a cancelled ctx stops the retries.
-//   - ~3 in Release: its reply channel and message.
-//   - ~6 per batch in node and rueidis (context with deadline, the
-//     command slice, TTL strings), shared by every command of the batch.
+// Where the 23 allocations of a cycle go (5 nodes, 128 workers, from
+// -memprofile -memprofilerate 1), and why each is there:
+//   - 5 in Acquire: the lock key, the owner value (random, so new each
+//     time), the Lease the caller keeps, and the reply channel (a buffered
+//     channel is two: its header and its buffer).
+//   - 2 for context.AfterFunc, so that a cancelled ctx stops the retries.
+//   - 5 for the lease's State and its Done, Stopped and Events channels
+//     (Events buffered: two), which the API hands to the holder.
+//   - 1 for the message that hands the lease to a pooled lease actor (it
+//     carries the lease's Config).
+//   - 2 for the deadline timer and its function, which capture the lease:
+//     they close Done on their own goroutine so a busy mailbox cannot
+//     delay it, and may fire after the actor moved on.
+//   - 2 commands, one per round (acquire, release), each shared by the
+//     five node actors.
+//   - 3 in Release: its reply channel (two) and its message.
+//   - ~3 per batch in node and rueidis (the deadline context, the command
+//     slice), shared by every command of the batch.
+//
+// Votes (recycled), actor spawns (pooled), timers per round (one alarm per
+// actor) and mailbox schedules (actors.NewMailbox) allocate nothing.
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, bc := range []struct{ nodes, workers int }{{5, 1}, {5, 16}, {5, 128}, {5, 512}, {1, 1}, {1, 128}, {1, 512}} {
 		nodes, workers := bc.nodes, bc.workers
