@@ -13,7 +13,7 @@ import (
 //
 //	go test -run '^$' -bench AcquireRelease -benchmem ./engine/
 //
-// Where the 23 allocations of a cycle go (5 nodes, 128 workers, from
+// Where the 21 allocations of a cycle go (5 nodes, 128 workers, from
 // -memprofile -memprofilerate 1), and why each is there:
 //   - 5 in Acquire: the lock key, the owner value (random, so new each
 //     time), the Lease the caller keeps, and the reply channel (a buffered
@@ -23,17 +23,14 @@ import (
 //     (Events buffered: two), which the API hands to the holder.
 //   - 1 for the message that hands the lease to a pooled lease actor (it
 //     carries the lease's Config).
-//   - 2 for the deadline timer and its function, which capture the lease:
-//     they close Done on their own goroutine so a busy mailbox cannot
-//     delay it, and may fire after the actor moved on.
 //   - 2 commands, one per round (acquire, release), each shared by the
 //     five node actors.
 //   - 3 in Release: its reply channel (two) and its message.
 //   - ~3 per batch in node and rueidis (the deadline context, the command
 //     slice), shared by every command of the batch.
 //
-// Votes (recycled), actor spawns (pooled), timers per round (one alarm per
-// actor) and mailbox schedules (actors.NewMailbox) allocate nothing.
+// Votes (recycled), actor spawns (pooled), timers (an alarm and a deadline
+// timer per actor, made once) and mailbox schedules (actors.NewMailbox) allocate nothing.
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, bc := range []struct{ nodes, workers int }{{5, 1}, {5, 16}, {5, 128}, {5, 512}, {1, 1}, {1, 128}, {1, 512}} {
 		nodes, workers := bc.nodes, bc.workers

@@ -78,6 +78,10 @@ type leaseActor struct {
 	// alarm wakes the actor (a *wake) at perLease.alarmAt: the one timer
 	// of every lease it runs, made once.
 	alarm *time.Timer
+	// deadline ends the lease deadlineOf holds (nil: none is held) at
+	// its end, from the timer's goroutine (see armDeadline); made once.
+	deadline   *time.Timer
+	deadlineOf atomic.Pointer[State]
 
 	perLease // the current lease's; zero (state nil) between leases
 }
@@ -112,8 +116,7 @@ type perLease struct {
 	// fencing, held and extending), the next round (waiting), the next
 	// automatic extension (held), the end of the wait for owed votes
 	// (failing, ended).
-	alarmAt     time.Time
-	expireTimer *time.Timer // the lease's end (see armDeadline)
+	alarmAt time.Time
 }
 
 func (a *leaseActor) Receive(ctx actor.Context) {
@@ -441,16 +444,23 @@ func (a *leaseActor) tooSlow(elapsed time.Duration) bool {
 // The timer ends the lease itself, on its own goroutine, so Done closes on
 // time even when this actor's mailbox is backed up; it then tells the
 // actor, which emits the terminal event and cleans up.
+//
+// A firing that comes late for an earlier setting finds the lease held
+// now, if any, not yet due (expireIfDue checks), so one timer serves every
+// lease the actor runs.
 func (a *leaseActor) armDeadline() {
-	if a.expireTimer != nil {
-		a.expireTimer.Stop()
+	a.deadlineOf.Store(a.state)
+	d := time.Until(a.state.ends())
+	if a.deadline == nil {
+		system, self := a.system, a.self
+		a.deadline = time.AfterFunc(d, func() {
+			if st := a.deadlineOf.Load(); st != nil && st.expireIfDue(time.Now()) {
+				system.Root.Send(self, expired)
+			}
+		})
+		return
 	}
-	st, system, self := a.state, a.system, a.self // the actor may move on to another lease
-	a.expireTimer = time.AfterFunc(time.Until(st.ends()), func() {
-		if st.expireIfDue(time.Now()) {
-			system.Root.Send(self, &expire{})
-		}
-	})
+	a.deadline.Reset(d)
 }
 
 // atDeadline is the error a held lease ends with if its deadline passes
@@ -593,8 +603,8 @@ func (a *leaseActor) reply(r Result) {
 
 func (a *leaseActor) stopTimers() {
 	a.clearAlarm()
-	if a.expireTimer != nil {
-		a.expireTimer.Stop()
+	if a.deadlineOf.Swap(nil) != nil {
+		a.deadline.Stop()
 	}
 }
 

@@ -89,5 +89,8 @@ type (
 	expire struct{ actors.Late } // the deadline timer ended the lease
 )
 
-// wakeUp is every alarm's message: it carries nothing.
-var wakeUp = &wake{}
+// Every alarm's and every deadline's message: they carry nothing.
+var (
+	wakeUp  = &wake{}
+	expired = &expire{}
+)
