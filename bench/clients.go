@@ -10,11 +10,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bsm/redislock"
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	goredispool "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	rueidispool "github.com/go-redsync/redsync/v4/redis/rueidis"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidiscompat"
+	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/redlease/redlease/engine"
 )
@@ -23,7 +27,38 @@ import (
 const lockTTL = 10 * time.Second
 
 // clientNames are the clients the benchmark knows, in table order.
-var clientNames = []string{"redlease", "redsync", "raw"}
+var clientNames = []string{
+	"redlease",
+	"redsync", "redsync-rueidis", "redsync-rueidis-tuned",
+	"raw", "raw-tuned",
+	"rueidislock", "redislock",
+}
+
+// singleNode are the clients that lock on one Redis, not by Redlock: they
+// run only where the suite runs on one node.
+var singleNode = map[string]bool{"rueidislock": true, "redislock": true}
+
+// rueidis tuned for batching, as redlease's node actors batch in their own
+// way: one connection per node (PipelineMultiplex -1; rueidis' default on
+// 2 cores is 2) whose write loop waits up to tunedFlushDelay after each
+// flush so that more commands share a write. Measured on the 2-core
+// machine of the README, raw-tuned, 1000 resources, cycles/s at 128 and
+// 512 workers (2s runs): see the commit that set them.
+const (
+	tunedMultiplex  = -1
+	tunedFlushDelay = 100 * time.Microsecond
+)
+
+// rueidisOption is the rueidis client option for addr, tuned or at
+// rueidis' defaults; client-side caching is off either way (locks never
+// read cached values), except where a lock client needs it.
+func rueidisOption(addr string, tuned bool) rueidis.ClientOption {
+	opt := rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true}
+	if tuned {
+		opt.PipelineMultiplex, opt.MaxFlushDelay = tunedMultiplex, tunedFlushDelay
+	}
+	return opt
+}
 
 // locker is one lock client under test, connected to every node.
 type locker interface {
@@ -46,8 +81,14 @@ func newLocker(name string, addrs []string) (locker, error) {
 		return newRedlease(addrs)
 	case "redsync":
 		return newRedsync(addrs)
-	case "raw":
-		return newRaw(addrs)
+	case "redsync-rueidis", "redsync-rueidis-tuned":
+		return newRedsyncRueidis(addrs, name == "redsync-rueidis-tuned")
+	case "raw", "raw-tuned":
+		return newRaw(addrs, name == "raw-tuned")
+	case "rueidislock":
+		return newRueidislock(addrs)
+	case "redislock":
+		return newRedislock(addrs)
 	}
 	return nil, fmt.Errorf("unknown client %q (known: %v)", name, clientNames)
 }
@@ -80,31 +121,58 @@ func (r *redleaseLocker) acquire(ctx context.Context, resource string, retry boo
 
 func (r *redleaseLocker) close() { _ = r.e.Close() }
 
-// redsyncLocker is go-redsync with its default options (TTL aside) over
-// one go-redis v9 client, itself with default options, per node.
+// redsyncLocker is go-redsync with its default options (TTL aside), over
+// a go-redis v9 client with default options per node (redsync), or over a
+// rueidis client per node through redsync's rueidis adapter, at rueidis'
+// defaults or tuned.
 type redsyncLocker struct {
-	rs      *redsync.Redsync
-	clients []*goredis.Client
+	rs     *redsync.Redsync
+	closes []func()
 }
 
 func newRedsync(addrs []string) (*redsyncLocker, error) {
 	r := &redsyncLocker{}
 	var pools []redsyncredis.Pool
 	for _, addr := range addrs {
-		c := goredis.NewClient(&goredis.Options{Addr: addr})
-		r.clients = append(r.clients, c)
-		// go-redis dials lazily: fail here rather than in the first run.
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := c.Ping(ctx).Err()
-		cancel()
+		c, err := newGoRedis(addr)
 		if err != nil {
 			r.close()
-			return nil, fmt.Errorf("redsync: node %s: %w", addr, err)
+			return nil, fmt.Errorf("redsync: %w", err)
 		}
+		r.closes = append(r.closes, func() { _ = c.Close() })
 		pools = append(pools, goredispool.NewPool(c))
 	}
 	r.rs = redsync.New(pools...)
 	return r, nil
+}
+
+func newRedsyncRueidis(addrs []string, tuned bool) (*redsyncLocker, error) {
+	r := &redsyncLocker{}
+	var pools []redsyncredis.Pool
+	for _, addr := range addrs {
+		c, err := rueidis.NewClient(rueidisOption(addr, tuned))
+		if err != nil {
+			r.close()
+			return nil, fmt.Errorf("redsync over rueidis: node %s: %w", addr, err)
+		}
+		r.closes = append(r.closes, c.Close)
+		pools = append(pools, rueidispool.NewPool(rueidiscompat.NewAdapter(c)))
+	}
+	r.rs = redsync.New(pools...)
+	return r, nil
+}
+
+// newGoRedis is a go-redis client for addr with default options, pinged:
+// go-redis dials lazily, and a dead node should fail here, not in the run.
+func newGoRedis(addr string) (*goredis.Client, error) {
+	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("node %s: %w", addr, err)
+	}
+	return c, nil
 }
 
 // goRedisLog takes go-redis's log lines off stderr, where they would break
@@ -157,8 +225,8 @@ func (r *redsyncLocker) acquire(ctx context.Context, resource string, retry bool
 }
 
 func (r *redsyncLocker) close() {
-	for _, c := range r.clients {
-		_ = c.Close()
+	for _, c := range r.closes {
+		c()
 	}
 }
 
@@ -188,19 +256,20 @@ const rawDelete = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.ca
 var errTaken = errors.New("raw: held by another owner")
 
 // rawLocker issues the commands a perfect Redlock client needs straight
-// through rueidis: SET NX PX on all nodes in parallel, a decision at
-// quorum, compare-and-delete on all nodes. It is the ceiling for what a
-// client without cross-lock batching can do with these commands.
+// through rueidis, at its defaults (raw) or tuned (raw-tuned): SET NX PX
+// on all nodes in parallel, a decision at quorum, compare-and-delete on
+// all nodes. Tuned, rueidis batches the commands of concurrent locks into
+// shared writes as redlease does; it is the strongest Redlock peer.
 type rawLocker struct {
 	clients []rueidis.Client
 	quorum  int
 	del     *rueidis.Lua
 }
 
-func newRaw(addrs []string) (*rawLocker, error) {
+func newRaw(addrs []string, tuned bool) (*rawLocker, error) {
 	r := &rawLocker{quorum: len(addrs)/2 + 1, del: rueidis.NewLuaScript(rawDelete)}
 	for _, addr := range addrs {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		c, err := rueidis.NewClient(rueidisOption(addr, tuned))
 		if err != nil {
 			r.close()
 			return nil, fmt.Errorf("raw: node %s: %w", addr, err)
@@ -330,3 +399,84 @@ func newValue() string {
 	_, _ = crand.Read(b[:]) // never fails (crypto/rand panics instead)
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
+
+// rueidislockLocker is rueidis' own lock, rueidislock, on one node, over a
+// tuned rueidis client with client-side caching on (it watches released
+// keys through it). KeyMajority 1: one key per lock, a single-Redis lock;
+// its default (2 of 3 keys on the one node) costs three keys for the same
+// guarantee. Retries, when asked for, are its own: it waits for the key's
+// invalidation.
+type rueidislockLocker struct{ l rueidislock.Locker }
+
+func newRueidislock(addrs []string) (*rueidislockLocker, error) {
+	if len(addrs) != 1 {
+		return nil, fmt.Errorf("rueidislock locks on one node, not %d", len(addrs))
+	}
+	opt := rueidisOption(addrs[0], true)
+	opt.DisableCache = false
+	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
+		ClientOption: opt, KeyMajority: 1, KeyValidity: lockTTL, NoLoopTracking: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rueidislock: %w", err)
+	}
+	return &rueidislockLocker{l}, nil
+}
+
+func (r *rueidislockLocker) acquire(ctx context.Context, resource string, retry bool) (held, error) {
+	var cancel context.CancelFunc
+	var err error
+	if retry {
+		_, cancel, err = r.l.WithContext(ctx, resource)
+	} else {
+		_, cancel, err = r.l.TryWithContext(ctx, resource)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return unlockFunc(cancel), nil
+}
+
+func (r *rueidislockLocker) close() { r.l.Close() }
+
+// unlockFunc releases a rueidislock lock: its cancel deletes the key and
+// waits for that.
+type unlockFunc func()
+
+func (u unlockFunc) Release(context.Context) error {
+	u()
+	return nil
+}
+
+// redislockLocker is bsm/redislock, a single-Redis lock, over a go-redis
+// v9 client with default options. Retries, when asked for, follow
+// redlease's default schedule (exponential from 2ms to 250ms, 32 tries).
+type redislockLocker struct {
+	c  *goredis.Client
+	rl *redislock.Client
+}
+
+func newRedislock(addrs []string) (*redislockLocker, error) {
+	if len(addrs) != 1 {
+		return nil, fmt.Errorf("redislock locks on one node, not %d", len(addrs))
+	}
+	c, err := newGoRedis(addrs[0])
+	if err != nil {
+		return nil, fmt.Errorf("redislock: %w", err)
+	}
+	return &redislockLocker{c: c, rl: redislock.New(c)}, nil
+}
+
+func (r *redislockLocker) acquire(ctx context.Context, resource string, retry bool) (held, error) {
+	var opt *redislock.Options
+	if retry {
+		opt = &redislock.Options{RetryStrategy: redislock.LimitRetry(redislock.ExponentialBackoff(rawRetryInitial, rawRetryMax), rawAttempts-1)}
+	}
+	l, err := r.rl.Obtain(ctx, resource, lockTTL, opt)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (r *redislockLocker) close() { _ = r.c.Close() }

@@ -1,7 +1,9 @@
-// Command bench measures redlease against go-redsync and against the raw
-// Redlock commands sent straight through rueidis, on the same Redis nodes
-// in the same run, and prints a table, ratios, and optionally JSON and an
-// SVG plot. Run it from the repository root:
+// Command bench measures redlease against its peers at their strongest
+// honest settings (go-redsync over go-redis and over rueidis, the raw
+// Redlock commands straight through rueidis, and on one node rueidislock
+// and bsm/redislock), on the same Redis nodes in the same run, on one node
+// and on five, and prints a table, ratios against the strongest peer, and
+// optionally JSON and an SVG plot. Run it from the repository root:
 //
 //	go run ./bench -h
 //
@@ -27,23 +29,46 @@ import (
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
-// localNodes is how many redis-server processes run without -nodes.
-const localNodes = 5
+// defaultNodeCounts: the suite runs on one node (most services run a
+// single Redis) and on five.
+var defaultNodeCounts = []int{1, 5}
 
 // Defaults per workload for -workers and -resources.
 var (
-	defaultWorkers   = map[string][]int{uncontended: {1, 16, 128, 512}, contended: {16, 128}, degraded: defaultDegradedWorkers}
+	defaultWorkers   = map[string][]int{uncontended: {1, 128, 512}, contended: {16, 128}, degraded: defaultDegradedWorkers}
 	defaultResources = map[string]int{uncontended: 1000, contended: 4, degraded: 1000}
 )
 
 const usageText = `Usage: go run ./bench [flags]
 
-Benchmarks redlease against go-redsync (v4, default options, over go-redis
-v9) and "raw" (the Redlock commands a perfect client needs, sent straight
-through rueidis: SET NX PX on all nodes, decide at quorum, compare-and-delete
-on all). All clients use a 10s TTL, run on the same nodes in the same
-process, one after another; every run is preceded by a FLUSHALL and a
-warm-up that is not measured.
+Benchmarks redlease against its peers, each at its strongest honest
+configuration, on the same nodes in the same process, one after another:
+
+  redlease               the engine at its defaults
+  redsync                go-redsync v4 (default options) over go-redis v9
+                         (default options)
+  redsync-rueidis        go-redsync v4 over rueidis (its rueidis adapter),
+                         rueidis at its defaults (2 connections per node on 2
+                         cores, no flush delay)
+  redsync-rueidis-tuned  the same over rueidis tuned for batching
+  raw                    the commands a perfect Redlock client needs, straight
+                         through rueidis at its defaults: SET NX PX on all
+                         nodes at once, decide at quorum, compare-and-delete
+                         on all
+  raw-tuned              raw over rueidis tuned for batching: the strongest
+                         Redlock peer
+  rueidislock            (1 node only) rueidis' single-Redis lock, tuned
+                         rueidis, one key per lock (KeyMajority 1)
+  redislock              (1 node only) bsm/redislock, a single-Redis lock,
+                         over go-redis v9 (default options)
+
+"Tuned" rueidis: one connection per node (PipelineMultiplex -1) and a
+100µs MaxFlushDelay, so that concurrent commands share writes as redlease's
+node actors make them share. All clients use a 10s TTL; every run is
+preceded by a FLUSHALL and a warm-up that is not measured. The suite runs
+once per node count (-n), on the first N of the nodes; the single-node
+clients run only at -n 1. The ratios give, per row, redlease against the
+strongest peer of that row (the highest cycles/s) and against each peer.
 
 Workloads:
   uncontended  W workers, R resources; worker w cycles over its own resources
@@ -133,13 +158,13 @@ func main() {
 func mainCode() int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	nodesFlag := fs.String("nodes", "", "comma-separated host:port of independent Redis masters to use instead of starting\n"+
-		strconv.Itoa(localNodes)+" local redis-server processes on free loopback ports; they are FLUSHALLed\nbefore every run, so never point this at Redis holding data you need")
-	duration := fs.Duration("duration", 3*time.Second, "measured time per run")
+	nodesFlag := fs.String("nodes", "", "comma-separated host:port of independent Redis masters to use instead of starting\nlocal redis-server processes on free loopback ports (as many as -n needs); they are\nFLUSHALLed before every run, so never point this at Redis holding data you need")
+	countsFlag := fs.String("n", "", "comma-separated node counts: the suite runs once per count, on the first N nodes\n(default 1,5; with -nodes, all of them)")
+	duration := fs.Duration("duration", 2*time.Second, "measured time per run")
 	warmup := fs.Duration("warmup", 300*time.Millisecond, "unmeasured warm-up before each run")
-	workersFlag := fs.String("workers", "", "comma-separated worker counts for every workload\n(default 1,16,128,512 for uncontended, 16,128 for contended, 1,128 for degraded)")
+	workersFlag := fs.String("workers", "", "comma-separated worker counts for every workload\n(default 1,128,512 for uncontended, 16,128 for contended, 1,128 for degraded)")
 	resources := fs.Int("resources", 0, "resources per run for every workload (default 1000 for uncontended and degraded, 4 for contended)")
-	workloadFlag := fs.String("workload", strings.Join(defaultWorkloads, ","), "comma-separated workloads: "+strings.Join(workloadNames, ", ")+" (held: redlease only;\ndegraded: not with -nodes)")
+	workloadFlag := fs.String("workload", strings.Join(defaultWorkloads, ","), "comma-separated workloads: "+strings.Join(workloadNames, ", ")+" (held: redlease only;\ndegraded: not with -nodes; held and degraded run on the largest node count only)")
 	leasesFlag := fs.Int("leases", 10000, "leases held at once in the held workload")
 	clientsFlag := fs.String("clients", strings.Join(clientNames, ","), "comma-separated clients")
 	jsonPath := fs.String("json", "", "write the results to `FILE` as a JSON array")
@@ -179,6 +204,21 @@ func mainCode() int {
 		return usageError(fs, fmt.Errorf("-plot %q: only .svg is supported", *plotPath))
 	}
 	addrs := splitList(*nodesFlag)
+	counts := defaultNodeCounts
+	switch {
+	case *countsFlag != "":
+		if counts, err = ints(*countsFlag); err != nil {
+			return usageError(fs, fmt.Errorf("-n: %w", err))
+		}
+	case len(addrs) > 0:
+		counts = []int{len(addrs)}
+	}
+	slices.Sort(counts)
+	counts = slices.Compact(counts)
+	most := counts[len(counts)-1]
+	if len(addrs) > 0 && most > len(addrs) {
+		return usageError(fs, fmt.Errorf("-n %d: -nodes gives only %d", most, len(addrs)))
+	}
 	if len(addrs) > 0 && slices.Contains(workloads, degraded) {
 		fmt.Fprintln(os.Stderr, "bench: note: skipping the degraded workload with -nodes: it kills a node, so it needs the nodes the bench starts itself")
 		workloads = slices.DeleteFunc(workloads, func(w string) bool { return w == degraded })
@@ -186,7 +226,10 @@ func mainCode() int {
 			return usageError(fs, errors.New("nothing left to run"))
 		}
 	}
-	plan := makePlan(workloads, clients, workers, *resources, *leasesFlag)
+	plan := makePlan(workloads, clients, workers, *resources, *leasesFlag, counts)
+	if len(plan) == 0 {
+		return usageError(fs, errors.New("nothing to run: the single-node clients run only at -n 1"))
+	}
 	if slices.Contains(workloads, heldWorkload) && !slices.Contains(clients, "redlease") {
 		fmt.Fprintln(os.Stderr, "bench: note: the held workload runs redlease only, whatever -clients says")
 	}
@@ -206,8 +249,8 @@ func mainCode() int {
 
 	var cluster *redisproc.Cluster // nil with -nodes: no loss phase in held, no degraded
 	if len(addrs) == 0 {
-		fmt.Fprintf(os.Stderr, "bench: starting %d redis-server nodes\n", localNodes)
-		cluster, err = redisproc.StartNodes(localNodes)
+		fmt.Fprintf(os.Stderr, "bench: starting %d redis-server nodes\n", most)
+		cluster, err = redisproc.StartNodes(most)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err) // says how to install redis-server
 			return 1
@@ -230,8 +273,9 @@ func mainCode() int {
 	if countHeld(plan) > 0 {
 		what = append(what, fmt.Sprintf("held: %d leases for %v", *leasesFlag, heldHold(*duration)))
 	}
-	fmt.Fprintf(os.Stderr, "bench: %d runs (%s) on %d nodes, GOMAXPROCS=%d, %s; about %v\n",
-		len(plan), strings.Join(what, ", "), len(addrs), runtime.GOMAXPROCS(0), runtime.Version(), b.left(0).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "bench: %d runs (%s) on %s nodes, GOMAXPROCS=%d, %s; about %v\n",
+		len(plan), strings.Join(what, ", "), joinInts(counts, " and "),
+		runtime.GOMAXPROCS(0), runtime.Version(), b.left(0).Round(time.Second))
 	start := time.Now()
 	results, err := b.runAll(ctx)
 	if err != nil {
@@ -281,13 +325,13 @@ type bench struct {
 func (b *bench) runAll(ctx context.Context) ([]Result, error) {
 	var results []Result
 	for i, r := range b.plan {
-		res, err := b.runOne(ctx, i, r)
+		res, err := b.on(r.nodes).runOne(ctx, i, r)
 		if err != nil {
 			b.progress.abort()
 			if ctx.Err() != nil {
 				err = errors.New("interrupted")
 			}
-			what := fmt.Sprintf("workers=%d", r.workers)
+			what := fmt.Sprintf("nodes=%d workers=%d", r.nodes, r.workers)
 			if r.workload == heldWorkload {
 				what = fmt.Sprintf("leases=%d", r.resources)
 			}
@@ -316,7 +360,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	closeLocker := sync.OnceFunc(lk.close)
 	defer closeLocker()
 
-	label := fmt.Sprintf("[%d/%d] %s %s workers=%d", i+1, len(b.plan), r.client, r.workload, r.workers)
+	label := fmt.Sprintf("[%d/%d] %s %s nodes=%d workers=%d", i+1, len(b.plan), r.client, r.workload, r.nodes, r.workers)
 	dead := 0
 	if r.workload == degraded {
 		defer func() {
@@ -386,6 +430,18 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	return res, nil
 }
 
+// on is b narrowed to its first n nodes. The cluster (for the held and
+// degraded workloads, which pause and kill nodes) only when that is all of
+// them.
+func (b *bench) on(n int) *bench {
+	nb := *b
+	nb.addrs, nb.admin = b.addrs[:n], b.admin.first(n)
+	if n < len(b.addrs) {
+		nb.cluster = nil
+	}
+	return &nb
+}
+
 // left estimates the time the runs from i on take.
 func (b *bench) left(i int) time.Duration {
 	const setup = 150 * time.Millisecond   // FLUSHALL, connecting, summarizing
@@ -406,27 +462,38 @@ func (b *bench) left(i int) time.Duration {
 	return d
 }
 
-// makePlan orders the runs by workload, then worker count, then client,
-// so the clients of one point run back to back on a machine in the same
-// state. The held workload is a single run, of redlease, with leases
-// leases.
-func makePlan(workloads, clients []string, workers []int, resources, leases int) []run {
+// makePlan orders the runs by node count, workload, worker count, then
+// client, so the clients of one point run back to back on a machine in
+// the same state. The single-node clients run only on one node. The held
+// workload is a single run, of redlease, with leases leases; it and the
+// degraded workload (both need five nodes to pause or kill) run on the
+// largest node count only.
+func makePlan(workloads, clients []string, workers []int, resources, leases int, counts []int) []run {
 	var plan []run
-	for _, wl := range workloads {
-		if wl == heldWorkload {
-			plan = append(plan, run{client: "redlease", workload: wl, workers: heldWorkers, resources: leases})
-			continue
-		}
-		ws, res := workers, resources
-		if ws == nil {
-			ws = defaultWorkers[wl]
-		}
-		if res == 0 {
-			res = defaultResources[wl]
-		}
-		for _, w := range ws {
-			for _, c := range clients {
-				plan = append(plan, run{client: c, workload: wl, workers: w, resources: res})
+	most := counts[len(counts)-1]
+	for _, n := range counts {
+		for _, wl := range workloads {
+			if (wl == heldWorkload || wl == degraded) && n != most {
+				continue
+			}
+			if wl == heldWorkload {
+				plan = append(plan, run{client: "redlease", workload: wl, nodes: n, workers: heldWorkers, resources: leases})
+				continue
+			}
+			ws, res := workers, resources
+			if ws == nil {
+				ws = defaultWorkers[wl]
+			}
+			if res == 0 {
+				res = defaultResources[wl]
+			}
+			for _, w := range ws {
+				for _, c := range clients {
+					if singleNode[c] && n != 1 {
+						continue
+					}
+					plan = append(plan, run{client: c, workload: wl, nodes: n, workers: w, resources: res})
+				}
 			}
 		}
 	}
@@ -470,6 +537,14 @@ func ints(s string) ([]int, error) {
 		return nil, errors.New("empty list")
 	}
 	return out, nil
+}
+
+func joinInts(ns []int, sep string) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, sep)
 }
 
 func splitList(s string) []string {

@@ -77,6 +77,11 @@ func newAdmin(addrs []string) (*admin, error) {
 	return a, nil
 }
 
+// first is a narrowed to its first n nodes; close a, not it.
+func (a *admin) first(n int) *admin {
+	return &admin{addrs: a.addrs[:n], clients: a.clients[:n], dead: a.dead[:n]}
+}
+
 func (a *admin) close() {
 	for _, c := range a.clients {
 		c.Close()

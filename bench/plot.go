@@ -12,15 +12,16 @@ import (
 	"time"
 )
 
-// The plot: one row per workload run, each with two panels side by side,
-// cycles/s and acquire p99 against workers, one line per client.
+// The plot: one row per workload and node count, each with two panels
+// side by side, cycles/s and acquire p99 against workers, one line per
+// client.
 const (
 	plotW     = 1100.0
 	rowH      = 400.0
 	footH     = 28.0
 	marginL   = 78.0 // room for the y tick labels and axis title
 	marginR   = 24.0
-	marginTop = 62.0 // row title, then panel title
+	marginTop = 86.0 // row title, legend, then panel title
 	marginBot = 54.0 // x tick labels and axis title
 )
 
@@ -31,9 +32,14 @@ type style struct {
 }
 
 var styles = map[string]style{
-	"redlease": {"#d62728", "", "circle"},
-	"redsync":  {"#1f77b4", "", "square"},
-	"raw":      {"#555555", "6 4", "diamond"},
+	"redlease":              {"#d62728", "", "circle"},
+	"redsync":               {"#1f77b4", "", "square"},
+	"redsync-rueidis":       {"#17becf", "6 4", "square"},
+	"redsync-rueidis-tuned": {"#9467bd", "", "square"},
+	"raw":                   {"#555555", "6 4", "diamond"},
+	"raw-tuned":             {"#2ca02c", "", "diamond"},
+	"rueidislock":           {"#ff7f0e", "", "triangle"},
+	"redislock":             {"#8c564b", "2 3", "triangle"},
 }
 
 // writePlot writes the SVG for results to path. Held runs are left out:
@@ -43,25 +49,35 @@ func writePlot(path string, results []Result, clients []string, perPoint time.Du
 	if len(results) == 0 {
 		return errors.New("nothing to plot: held runs are not plotted")
 	}
-	var workloads []string
+	type rowKey struct {
+		workload string
+		nodes    int
+	}
+	var keys []rowKey
 	for _, r := range results {
-		if !slices.Contains(workloads, r.Workload) {
-			workloads = append(workloads, r.Workload)
+		if k := (rowKey{r.Workload, r.Nodes}); !slices.Contains(keys, k) {
+			keys = append(keys, k)
 		}
 	}
-	height := rowH*float64(len(workloads)) + footH
+	height := rowH*float64(len(keys)) + footH + 20
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" font-family="Helvetica, Arial, sans-serif" font-size="12">`+"\n",
 		plotW, height, plotW, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	for i, wl := range workloads {
+	for i, k := range keys {
 		var rows []Result
+		var here []string // the row's clients, in -clients order
 		for _, r := range results {
-			if r.Workload == wl {
+			if r.Workload == k.workload && r.Nodes == k.nodes {
 				rows = append(rows, r)
 			}
 		}
-		plotRow(&b, float64(i)*rowH, wl, rows, clients, perPoint)
+		for _, c := range clients {
+			if slices.ContainsFunc(rows, func(r Result) bool { return r.Client == c }) {
+				here = append(here, c)
+			}
+		}
+		plotRow(&b, float64(i)*rowH+20, k.workload, rows, here, perPoint)
 	}
 	text(&b, plotW/2, height-10, "middle", "#666", 11, fmt.Sprintf("go run ./bench · %s · %s/%s · GOMAXPROCS=%d · %s",
 		time.Now().Format("2006-01-02 15:04"), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version()))
@@ -79,17 +95,15 @@ func plotRow(b *strings.Builder, top float64, workload string, rows []Result, cl
 	title := fmt.Sprintf("%s: %s, %d resources, %v per point, 10s TTL", workload, nodes, r0.Resources, perPoint)
 	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="16" font-weight="bold">%s</text>`+"\n", 16.0, top+26, html.EscapeString(title))
 
-	// Legend, right-aligned on the title line.
-	x := plotW - 20
-	for _, c := range slices.Backward(clients) {
+	// Legend, on the line below the title.
+	x := 16.0
+	for _, c := range clients {
 		st := styles[c]
-		x -= float64(8*len(c)) + 10
-		text(b, x, top+26, "start", "#222", 13, c)
-		x -= 34
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5" stroke-dasharray="%s"/>`+"\n",
-			x, top+21, x+28, top+21, st.color, st.dash)
-		marker(b, st, x+14, top+21)
-		x -= 14
+			x, top+47, x+28, top+47, st.color, st.dash)
+		marker(b, st, x+14, top+47)
+		text(b, x+34, top+52, "start", "#222", 13, c)
+		x += 34 + float64(7*len(c)) + 22
 	}
 
 	var workers []int
@@ -254,6 +268,9 @@ func marker(b *strings.Builder, st style, x, y float64) {
 	case "diamond":
 		fmt.Fprintf(b, `<polygon points="%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="%s" stroke="white" stroke-width="1"/>`+"\n",
 			x, y-6, x+6, y, x, y+6, x-6, y, st.color)
+	case "triangle":
+		fmt.Fprintf(b, `<polygon points="%.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="%s" stroke="white" stroke-width="1"/>`+"\n",
+			x, y-6, x+6, y+5, x-6, y+5, st.color)
 	default:
 		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="5" fill="%s" stroke="white" stroke-width="1"/>`+"\n", x, y, st.color)
 	}

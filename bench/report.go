@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +15,7 @@ import (
 // the per-cycle costs divide by completed acquire+release cycles. For a
 // held run a cycle is an extension (see heldHelp for every field).
 type Result struct {
-	Client   string `json:"client"`   // redlease, redsync or raw
+	Client   string `json:"client"`   // one of clientNames
 	Workload string `json:"workload"` // uncontended, contended, degraded or held
 	Nodes    int    `json:"nodes"`    // Redis masters the client is configured with
 	// DeadNodes is how many of them were dead during the run (degraded:
@@ -165,17 +166,17 @@ func printTable(w io.Writer, results []Result) {
 }
 
 func printCompareTable(w io.Writer, results []Result) {
-	const head = "%-9s %-11s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %8s %8s\n"
-	const row = "%-9s %-11s %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %8s %8s\n"
+	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %8s %8s\n"
+	const row = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %8s %8s\n"
 	fmt.Fprintln(w, "latencies in µs; CPU in µs per acquire+release cycle; writes = write syscalls per cycle (this process)")
-	fmt.Fprintf(w, head, "client", "workload", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
+	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
 		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "hand p50", "hand p99")
 	for _, r := range results {
 		h50, h99 := "-", "-"
 		if r.HandoffP50 != nil && r.Handoffs != nil && *r.Handoffs > 0 {
 			h50, h99 = fmt.Sprintf("%.0f", *r.HandoffP50), fmt.Sprintf("%.0f", *r.HandoffP99)
 		}
-		fmt.Fprintf(w, row, r.Client, r.Workload, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
+		fmt.Fprintf(w, row, r.Client, r.Workload, r.Nodes, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
 			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, h50, h99)
 	}
 }
@@ -215,59 +216,82 @@ func printHeldTable(w io.Writer, results []Result) {
 	}
 }
 
-// printRatios writes, per workload and worker count, redlease's
-// throughput over redsync's and raw's, and its p99 acquire latency over
-// redsync's (below 1 is better for redlease).
+// printRatios writes, per row (node count, workload, workers), redlease's
+// cycles/s over the strongest peer's (the highest cycles/s of the row) and
+// over each peer's, its acquire p50 over raw-tuned's, and the client CPU
+// per cycle of redlease and of the strongest peer. Above 1 is better for
+// redlease, except for p50.
 func printRatios(w io.Writer, results []Result) {
 	type point struct {
+		nodes    int
 		workload string
 		workers  int
 	}
-	by := map[point]map[string]Result{}
+	by := map[point][]Result{}
 	var order []point
 	for _, r := range results {
-		p := point{r.Workload, r.Workers}
+		p := point{r.Nodes, r.Workload, r.Workers}
 		if by[p] == nil {
-			by[p] = map[string]Result{}
 			order = append(order, p)
 		}
-		by[p][r.Client] = r
+		by[p] = append(by[p], r)
 	}
 	header := false
 	for _, p := range order {
-		rl, ok := by[p]["redlease"]
-		if !ok {
-			continue
-		}
-		var parts []string
-		if rs, ok := by[p]["redsync"]; ok {
-			parts = append(parts, "cycles/s vs redsync "+ratio(rl.CyclesPerS, rs.CyclesPerS))
-		}
-		if raw, ok := by[p]["raw"]; ok {
-			parts = append(parts, "cycles/s vs raw "+ratio(rl.CyclesPerS, raw.CyclesPerS))
-		}
-		if rs, ok := by[p]["redsync"]; ok {
-			parts = append(parts, "acquire p99 vs redsync "+ratio(rl.AcquireP99, rs.AcquireP99))
-		}
-		if len(parts) == 0 {
+		rl, peers := splitRedlease(by[p])
+		if rl == nil || len(peers) == 0 {
 			continue
 		}
 		if !header {
-			fmt.Fprintln(w, "\nredlease / other:")
+			fmt.Fprintln(w, "\nredlease / peer, cycles/s (strongest peer of the row first; CPU in µs per cycle):")
 			header = true
 		}
-		fmt.Fprintf(w, "  %-11s workers=%-4d %s\n", p.workload, p.workers, strings.Join(parts, "   "))
+		best := slices.MaxFunc(peers, func(a, b Result) int { return cmp.Compare(a.CyclesPerS, b.CyclesPerS) })
+		line := fmt.Sprintf("  %d node%s %-11s workers=%-4d %.2f× %s", p.nodes, plural(p.nodes), p.workload, p.workers,
+			rl.CyclesPerS/best.CyclesPerS, best.Client)
+		line += fmt.Sprintf(" (CPU %.1f vs %.1f)", rl.ClientCPU, best.ClientCPU)
+		for _, r := range peers {
+			if r.Client != best.Client {
+				line += fmt.Sprintf("  %s %s", r.Client, strings.TrimSpace(ratio(rl.CyclesPerS, r.CyclesPerS)))
+			}
+			if r.Client == "raw-tuned" && p.workers == 1 {
+				line += fmt.Sprintf("  [acquire p50 / raw-tuned's %s]", strings.TrimSpace(ratio(rl.AcquireP50, r.AcquireP50)))
+			}
+		}
+		fmt.Fprintln(w, line)
 	}
+}
+
+// splitRedlease picks redlease's result out of a row's.
+func splitRedlease(row []Result) (*Result, []Result) {
+	var rl *Result
+	var peers []Result
+	for i := range row {
+		if row[i].Client == "redlease" {
+			rl = &row[i]
+		} else {
+			peers = append(peers, row[i])
+		}
+	}
+	return rl, peers
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 // printDegradedRatios writes, per worker count, redlease's acquire p50
 // and p99 with one node dead over the same without (uncontended at the
 // same workers); near 1 means a dead minority costs nothing.
 func printDegradedRatios(w io.Writer, results []Result) {
-	healthy := map[int]Result{}
+	type point struct{ nodes, workers int }
+	healthy := map[point]Result{}
 	for _, r := range results {
 		if r.Client == "redlease" && r.Workload == uncontended {
-			healthy[r.Workers] = r
+			healthy[point{r.Nodes, r.Workers}] = r
 		}
 	}
 	header := false
@@ -275,7 +299,7 @@ func printDegradedRatios(w io.Writer, results []Result) {
 		if r.Client != "redlease" || r.Workload != degraded {
 			continue
 		}
-		h, ok := healthy[r.Workers]
+		h, ok := healthy[point{r.Nodes, r.Workers}]
 		if !ok {
 			continue
 		}

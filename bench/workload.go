@@ -19,12 +19,13 @@ const (
 )
 
 // workloadNames are the workloads the benchmark knows; defaultWorkloads
-// is the suite run without -workload, in its order. degraded is in it
-// because the whole default suite still takes under 2 minutes on a
-// 2-core machine (116s); drop it here should that no longer hold.
+// is the suite run without -workload, in its order. uncontended compares
+// the clients, on one node and on five; held is redlease's own. contended
+// and degraded are left out so that the suite, with eight clients on one
+// node and six on five, stays under 3 minutes on a 2-core machine.
 var (
 	workloadNames    = []string{uncontended, contended, degraded, heldWorkload}
-	defaultWorkloads = []string{uncontended, contended, degraded, heldWorkload}
+	defaultWorkloads = []string{uncontended, heldWorkload}
 )
 
 // run is one measured run of the plan: one client, one workload, one
@@ -32,6 +33,7 @@ var (
 type run struct {
 	client    string
 	workload  string
+	nodes     int // the first nodes of the suite's
 	workers   int
 	resources int
 }
@@ -47,8 +49,9 @@ type workerStats struct {
 
 // drive runs r's workload on lk for d, or until ctx ends, and returns each
 // worker's stats and the wall time until the last worker stopped. An
-// operation cut short by the end of the run is not counted, as a cycle
-// or as an error. perWorker sizes each worker's latency slices.
+// uncontended cycle started before the end runs to completion and counts;
+// a contended acquire cut short by the end is not counted, as a cycle or
+// as an error. perWorker sizes each worker's latency slices.
 func drive(ctx context.Context, lk locker, r run, d time.Duration, perWorker int) ([]workerStats, time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -98,17 +101,18 @@ func uncontendedWorker(ctx context.Context, lk locker, names []string, w, worker
 	if len(mine) == 0 {
 		mine = append(mine, names[w%len(names)])
 	}
-	// Releases run to completion even when the run ends, so no lock
-	// outlives it.
+	// A cycle started runs to completion even when the run ends: an
+	// acquire cut short may leave its key behind on a node (a client that
+	// cleans up with the caller's context cannot), which the next cycle on
+	// that resource would find taken. The wall time counts until the last
+	// cycle ended.
 	bg := context.WithoutCancel(ctx)
 	for i := 0; ctx.Err() == nil; i++ {
 		t0 := time.Now()
-		l, err := lk.acquire(ctx, mine[i%len(mine)], false)
+		l, err := lk.acquire(bg, mine[i%len(mine)], false)
 		t1 := time.Now()
 		if err != nil {
-			if ctx.Err() == nil {
-				st.fail(err)
-			}
+			st.fail(err)
 			continue
 		}
 		err = l.Release(bg)
