@@ -41,12 +41,22 @@ var singleNode = map[string]bool{"rueidislock": true, "redislock": true}
 // rueidis tuned for batching, as redlease's node actors batch in their own
 // way: one connection per node (PipelineMultiplex -1; rueidis' default on
 // 2 cores is 2) whose write loop waits up to tunedFlushDelay after each
-// flush so that more commands share a write. Measured on the 2-core
-// machine of the README, raw-tuned, 1000 resources, cycles/s at 128 and
-// 512 workers (2s runs): see the commit that set them.
+// flush so that more commands share a write. Chosen by raw-tuned's
+// cycles/s, uncontended, 1000 resources, at 128 and 512 workers, mean of
+// two 2s runs each, on the README's 2-core machine:
+//
+//	multiplex, delay   1 node: 128 / 512 workers   5 nodes: 128 / 512
+//	-1,  50µs             96,000 / 110,000           17,100 / 15,600
+//	-1, 100µs             88,000 / 113,000           14,600 / 19,900
+//	-1, 200µs             94,000 / 128,000           23,300 / 21,400
+//	 0, 100µs (one run)  103,000 / 110,000           11,900 / 10,700
+//	-1,  20µs (one run)  107,000 / 116,000           12,600 / 12,900
+//
+// Single runs vary by ±20% on a shared machine; 200µs was the best or
+// tied everywhere.
 const (
 	tunedMultiplex  = -1
-	tunedFlushDelay = 100 * time.Microsecond
+	tunedFlushDelay = 200 * time.Microsecond
 )
 
 // rueidisOption is the rueidis client option for addr, tuned or at

@@ -63,7 +63,7 @@ configuration, on the same nodes in the same process, one after another:
                          over go-redis v9 (default options)
 
 "Tuned" rueidis: one connection per node (PipelineMultiplex -1) and a
-100µs MaxFlushDelay, so that concurrent commands share writes as redlease's
+200µs MaxFlushDelay (the best of 20-200µs, see tunedFlushDelay), so that concurrent commands share writes as redlease's
 node actors make them share. All clients use a 10s TTL; every run is
 preceded by a FLUSHALL and a warm-up that is not measured. The suite runs
 once per node count (-n), on the first N of the nodes; the single-node
