@@ -65,12 +65,15 @@ func Kinds() []string {
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
 type Config struct {
-	Cluster   *redisproc.Cluster // the nodes to use and break; required
-	Duration  time.Duration      // [30s]
-	Engines   int                // engines at the start [3]
-	Workers   int                // goroutines per engine [8]
-	Resources int                // [4]
-	TTL       time.Duration      // lease TTL [300ms]
+	// Nodes is how many redis-server processes Run starts on loopback
+	// (free ports, temporary directories), breaks, and stops at the end.
+	// [5]
+	Nodes     int
+	Duration  time.Duration // [30s]
+	Engines   int           // engines at the start [3]
+	Workers   int           // goroutines per engine [8]
+	Resources int           // [4]
+	TTL       time.Duration // lease TTL [300ms]
 	// Faults turns on fault injection, and holders that pause past their
 	// validity.
 	Faults bool
@@ -123,7 +126,7 @@ type Report struct {
 }
 
 // Injected is one fault: its kind, the node it hit (an index into
-// Cluster.Nodes; the first of them, for faults that hit several; -1 for
+// the run's nodes; the first of them, for faults that hit several; -1 for
 // none) and when it started and ended.
 type Injected struct {
 	Kind       string
@@ -144,7 +147,7 @@ func (r Report) near(o Overlap) []Injected {
 }
 
 // ClockJump is one step of the wall clock of node Node (an index into
-// Cluster.Nodes): it happened between From and To (when TIME read the new
+// the run's nodes): it happened between From and To (when TIME read the new
 // clock), to Ahead of the host's clock.
 type ClockJump struct {
 	Node     int
@@ -263,7 +266,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return Report{}, fmt.Errorf("safety: unknown fault kind %q; the kinds are %q", k, Kinds())
 		}
 	}
-	c := cfg.Cluster
+	c, err := redisproc.StartNodes(cfg.Nodes)
+	if err != nil {
+		return Report{}, fmt.Errorf("safety: %w", err)
+	}
+	defer c.Close()
 	r := &run{cfg: cfg, cluster: c, faults: map[string]int{},
 		proxies: make([]*Proxy, len(c.Nodes)), addrs: make([]string, len(c.Nodes)),
 		restarted: make([]time.Time, len(c.Nodes))}
@@ -343,6 +350,9 @@ func splitClock(overlaps []Overlap, jumps []ClockJump) (ours, clock []Overlap) {
 }
 
 func withDefaults(c Config) Config {
+	if c.Nodes == 0 {
+		c.Nodes = 5
+	}
 	if c.Duration == 0 {
 		c.Duration = 30 * time.Second
 	}

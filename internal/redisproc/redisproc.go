@@ -48,7 +48,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -99,9 +98,17 @@ func StartNodes(n int) (*Cluster, error) {
 	return c, nil
 }
 
+// TB is the part of testing.TB that Start uses. The package does not
+// import testing, so that the safety command does not link it.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
 // Start is StartNodes for tests: it fails the test on error (it never
 // skips) and registers Close with t.Cleanup.
-func Start(t testing.TB, n int) *Cluster {
+func Start(t TB, n int) *Cluster {
 	t.Helper()
 	c, err := StartNodes(n)
 	if err != nil {

@@ -20,7 +20,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/safety"
 )
 
@@ -47,13 +46,7 @@ func main() {
 func run(cfg safety.Config, nodes int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := redisproc.StartNodes(nodes)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "safety:", err)
-		return 1
-	}
-	defer c.Close()
-	cfg.Cluster = c
+	cfg.Nodes = nodes
 	cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	kinds := "all"
 	if cfg.Kinds != nil {
