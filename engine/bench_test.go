@@ -65,8 +65,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "locks/s")
 			var cmds, batches uint64
 			for _, n := range e.nodes {
-				cmds += n.Stats().Commands.Load()
-				batches += n.Stats().Batches.Load()
+				cmds += n.Stats().Commands
+				batches += n.Stats().Batches
 			}
 			b.ReportMetric(float64(batches)/float64(b.N), "roundtrips/cycle")
 			b.ReportMetric(float64(cmds)/float64(max(batches, 1)), "cmds/batch")

@@ -32,10 +32,6 @@ type Engine struct {
 	hub         *actor.PID // event fan-out to subscribers
 	subscribers atomic.Int32
 	dropped     atomic.Uint64 // events not delivered
-	// Method values made once in New, not per lease.
-	publishFn func(Event)
-	explainFn func([]node.Vote, error) error
-	forgetFn  func(*lease.State)
 
 	// closed: Close was called. Set under mu, so a check under mu orders
 	// against Close; read without it as a fast first check.
@@ -68,7 +64,6 @@ func New(cfg Config) (*Engine, error) {
 		e.system = actors.NewSystem(cfg.Logger)
 		e.ownSystem = true
 	}
-	e.publishFn, e.explainFn, e.forgetFn = e.publish, e.explain, e.forget
 	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors)
 	e.hub = e.system.Root.Spawn(actors.Props(&hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}, e.dispatch))
 	for i, addr := range cfg.Nodes {
@@ -231,7 +226,7 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 		Resource: resource, Key: key, Value: newValue(),
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
 		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
-		OnDone: e.forgetFn, Publish: e.publishFn, Dropped: &e.dropped, Explain: e.explainFn,
+		Addrs: e.cfg.Nodes, Owner: (*leaseOwner)(e),
 	}
 	if attempts > 1 {
 		cfg.BackOff = o.newBackOff()
@@ -251,7 +246,7 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 		return nil, ErrClosed
 	}
 	// Started under the lock so Close sees every lease, and before its
-	// OnDone can run.
+	// owner's Done can run.
 	pid, st := e.leases.Start(cfg)
 	e.live[st] = pid
 	e.mu.Unlock()
@@ -293,11 +288,6 @@ func contextError(ctx context.Context) error {
 	return errors.Join(err, cause)
 }
 
-// explain names the nodes of a failed extend round.
-func (e *Engine) explain(votes []node.Vote, cause error) error {
-	return &ExtendError{Nodes: e.nodeOutcomes(votes), Cause: cause}
-}
-
 // Stats is a snapshot of an engine's counters.
 type Stats struct {
 	Leases        int    // lease actors running: acquiring, held, or finishing a release or a cleanup
@@ -324,20 +314,24 @@ func (e *Engine) Stats() Stats {
 	e.mu.Unlock()
 	for i, n := range e.nodes {
 		ns := n.Stats()
-		st := NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands.Load(), RoundTrips: ns.Batches.Load(),
-			Down: ns.Down.Load(), Restarts: ns.Restarts.Load()}
-		if q := ns.QuarantineUntil.Load(); q != 0 {
-			st.QuarantinedUntil = time.Unix(0, q)
-		}
-		s.Nodes = append(s.Nodes, st)
+		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands, RoundTrips: ns.Batches,
+			Down: ns.Down, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil})
 	}
 	return s
 }
 
-func (e *Engine) forget(st *lease.State) {
-	e.mu.Lock()
-	delete(e.live, st)
-	e.mu.Unlock()
+// leaseOwner is the engine as its lease actors see it (lease.Owner).
+type leaseOwner Engine
+
+func (o *leaseOwner) Publish(ev Event) { (*Engine)(o).publish(ev) }
+
+func (o *leaseOwner) Dropped() { o.dropped.Add(1) }
+
+// Done forgets a lease its actor is done with.
+func (o *leaseOwner) Done(st *lease.State) {
+	o.mu.Lock()
+	delete(o.live, st)
+	o.mu.Unlock()
 }
 
 // Close releases every lease the engine holds (they end with an error

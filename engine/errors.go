@@ -3,8 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/redlease/redlease/internal/errtext"
 	"github.com/redlease/redlease/lease"
@@ -47,16 +45,10 @@ const (
 	Failed  = node.Failed  // an error or no connection
 )
 
-// NodeOutcome is what one node answered in a round.
-type NodeOutcome struct {
-	Addr    string
-	Outcome Outcome
-	RTT     time.Duration // zero when the node did not answer
-	Err     error         // for Timeout and Failed
-	// QuarantinedUntil: when a node that refused with ErrQuarantined ends
-	// its restart quarantine; zero otherwise.
-	QuarantinedUntil time.Time
-}
+// NodeOutcome is what one node answered in a round: its Addr, Outcome,
+// RTT (zero when it did not answer), Err (for Timeout and Failed) and,
+// for a node that refused with ErrQuarantined, QuarantinedUntil.
+type NodeOutcome = lease.NodeOutcome
 
 // AcquireError is the error of a failed Acquire or TryAcquire. It matches
 // ErrNotAcquired, and its Cause (a context's error, ErrClosed) through
@@ -70,7 +62,7 @@ type AcquireError struct {
 
 func (e *AcquireError) Error() string {
 	return fmt.Sprintf("%s%q not acquired after %d attempt(s): %s [%s]",
-		errtext.Prefix, e.Resource, e.Attempts, errtext.Bare(e.Cause), outcomes(e.Nodes))
+		errtext.Prefix, e.Resource, e.Attempts, errtext.Bare(e.Cause), lease.FormatOutcomes(e.Nodes))
 }
 
 // Is reports whether target is ErrNotAcquired.
@@ -80,19 +72,10 @@ func (e *AcquireError) Is(target error) bool { return target == ErrNotAcquired }
 func (e *AcquireError) Unwrap() error { return e.Cause }
 
 // ExtendError is the error of a failed extension round (Lease.Extend, and
-// the Err of ExtendFailed and Lost events), with each node's outcome. A
-// lost lease's error matches ErrLeaseLost and wraps an ExtendError.
-type ExtendError struct {
-	Nodes []NodeOutcome // in Config.Nodes order
-	Cause error
-}
-
-func (e *ExtendError) Error() string {
-	return fmt.Sprintf("%sextension failed: %s [%s]", errtext.Prefix, errtext.Bare(e.Cause), outcomes(e.Nodes))
-}
-
-// Unwrap returns the Cause.
-func (e *ExtendError) Unwrap() error { return e.Cause }
+// the Err of ExtendFailed and Lost events), with each node's outcome in
+// Config.Nodes order, and its Cause. A lost lease's error matches
+// ErrLeaseLost and wraps an ExtendError.
+type ExtendError = lease.ExtendError
 
 // ReleaseError is returned by Release when fewer than a quorum of nodes
 // confirmed it: the lease has ended all the same, but its key may block
@@ -103,43 +86,11 @@ type ReleaseError struct {
 }
 
 func (e *ReleaseError) Error() string {
-	return fmt.Sprintf("%srelease of %q not confirmed by a quorum: [%s]", errtext.Prefix, e.Resource, outcomes(e.Nodes))
-}
-
-func outcomes(nodes []NodeOutcome) string {
-	var b strings.Builder
-	for i, n := range nodes {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s: %v", n.Addr, n.Outcome)
-		if n.Err != nil {
-			fmt.Fprintf(&b, " (%s", errtext.Bare(n.Err))
-			if !n.QuarantinedUntil.IsZero() {
-				fmt.Fprintf(&b, " until %s", n.QuarantinedUntil.Format(untilLayout))
-			}
-			b.WriteString(")")
-		}
-	}
-	return b.String()
+	return fmt.Sprintf("%srelease of %q not confirmed by a quorum: [%s]", errtext.Prefix, e.Resource, lease.FormatOutcomes(e.Nodes))
 }
 
 // nodeOutcomes names the votes of a round; a node that did not answer in
 // time is a Timeout.
 func (e *Engine) nodeOutcomes(votes []node.Vote) []NodeOutcome {
-	out := make([]NodeOutcome, len(e.cfg.Nodes))
-	for i, addr := range e.cfg.Nodes {
-		out[i] = NodeOutcome{Addr: addr, Outcome: Timeout, Err: errNoAnswer}
-		if i < len(votes) && votes[i].Outcome != 0 {
-			v := votes[i]
-			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err, QuarantinedUntil: v.Until}
-		}
-	}
-	return out
+	return lease.Outcomes(votes, e.cfg.Nodes)
 }
-
-var errNoAnswer = errors.New("no answer before the round ended")
-
-// untilLayout shows a quarantine's end in error texts: local wall-clock
-// time to the millisecond (quarantines last about a TTL, so no date).
-const untilLayout = "15:04:05.000"

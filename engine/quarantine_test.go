@@ -48,8 +48,8 @@ func TestAcquireWaitsOutQuarantine(t *testing.T) {
 		if n.Outcome != Failed || !errors.Is(n.Err, ErrQuarantined) || !n.QuarantinedUntil.Equal(until) {
 			t.Fatalf("%s: node 0 %+v, want Failed with ErrQuarantined until %v", what, n, until)
 		}
-		if msg := err.Error(); !strings.Contains(msg, addr) || !strings.Contains(msg, "until "+until.Format(untilLayout)) {
-			t.Fatalf("%s: error %q does not say that %s sits out until %s", what, msg, addr, until.Format(untilLayout))
+		if msg := err.Error(); !strings.Contains(msg, addr) || !strings.Contains(msg, "until "+until.Format("15:04:05.000")) {
+			t.Fatalf("%s: error %q does not say that %s sits out until %s", what, msg, addr, until.Format("15:04:05.000"))
 		}
 		if ae.Nodes[1].Outcome != Taken {
 			t.Fatalf("%s: node 1 %+v, want Taken", what, ae.Nodes[1])

@@ -11,7 +11,7 @@
 //     dropped). N/2+1 grants with positive validity make the lease held; a
 //     quorum that became impossible, or the node timeout, fails the round.
 //  2. A failed round sends Release to all N nodes at once, then waits a
-//     randomized backoff (waiting) and tries again, until the attempt
+//     randomized backoff (backingOff) and tries again, until the attempt
 //     budget, the backoff or the caller's context says stop (failing).
 //     The Result goes out once the cleanup votes are in, except when the
 //     caller's context ended (Cancel): then at once, the cleanup being
@@ -79,4 +79,8 @@
 // less than the quarantine and never step back by more than it. With the
 // quarantine turned off, the floor alone still covers restarts that take
 // longer than the clock difference between nodes.
+//
+// It is the engine's machinery: its exported names serve the other
+// packages of this module and carry no compatibility promise. Users
+// import package engine.
 package lease

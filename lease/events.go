@@ -45,16 +45,16 @@ type Event struct {
 
 // emit delivers ev on the lease's own channel without ever blocking: the
 // last slot is kept for the terminal event, so only non-terminal events
-// can be dropped (and are counted). Subscribers get it through Publish.
+// can be dropped (and are counted). The owner gets it too (Owner.Publish).
 func (a *leaseActor) emit(kind EventKind, err error) {
 	ev := Event{Kind: kind, Resource: a.cfg.Resource, Token: a.state.token, Until: a.state.Until(), Err: err}
 	ch := a.state.events
 	if kind.Terminal() || len(ch) < cap(ch)-1 {
 		ch <- ev
-	} else if a.cfg.Dropped != nil {
-		a.cfg.Dropped.Add(1)
+	} else if a.cfg.Owner != nil {
+		a.cfg.Owner.Dropped()
 	}
-	if a.cfg.Publish != nil {
-		a.cfg.Publish(ev)
+	if a.cfg.Owner != nil {
+		a.cfg.Owner.Publish(ev)
 	}
 }

@@ -46,28 +46,25 @@ func (a *leaseActor) holdOver() {
 }
 
 func (a *leaseActor) startExtend() {
-	a.extending = true
-	a.tally = tally{n: len(a.cfg.Nodes)}
 	a.start = time.Now()
-	a.sendAll(a.extendCmd)
-	a.setAlarm(a.start.Add(a.cfg.NodeTimeout))
+	a.startVote(extending, a.extendCmd, nil)
 }
 
 // onExtend runs a manual extension, or joins the round in flight. Past
 // MaxHold no round starts: Extend fails with ErrMaxHold and the lease
 // runs to its deadline.
 func (a *leaseActor) onExtend(m *Extend) {
-	if a.phase != held {
+	if !a.holding() {
 		m.Reply <- ExtendResult{Err: a.state.Err()}
 		return
 	}
-	if !a.extending && !time.Now().Before(a.holdEnds()) {
+	if a.phase == held && !time.Now().Before(a.holdEnds()) {
 		a.holdOver()
 		m.Reply <- ExtendResult{Err: ErrMaxHold}
 		return
 	}
 	a.waiters = append(a.waiters, m.Reply)
-	if !a.extending {
+	if a.phase == held {
 		a.startExtend() // in place of the planned one
 	}
 }
@@ -86,8 +83,8 @@ func (a *leaseActor) extendVote() {
 		}
 	case a.tally.taken >= Quorum(a.tally.n):
 		a.clearAlarm()
-		err := errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, a.cfg.Explain(a.votes, errNotMine))
-		a.sendAll(a.releaseCmd) // our key may linger on a minority
+		err := errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, a.explain(errNotMine))
+		a.releaseAll() // our key may linger on a minority
 		a.end(err)
 	case a.tally.lost():
 		a.extendFailed(errRefused)
@@ -96,7 +93,7 @@ func (a *leaseActor) extendVote() {
 
 func (a *leaseActor) extended() {
 	a.clearAlarm()
-	a.extending = false
+	a.phase = held
 	if !a.state.extendTo(a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.atDeadline(nil)) {
 		a.onDeadline() // the deadline passed while the votes were counted
 		return
@@ -112,8 +109,8 @@ func (a *leaseActor) extended() {
 // the validity lasts.
 func (a *leaseActor) extendFailed(cause error) {
 	a.clearAlarm()
-	a.extending = false
-	err := a.cfg.Explain(a.votes, cause)
+	a.phase = held
+	err := a.explain(cause)
 	a.state.setAtDeadline(a.atDeadline(err))
 	a.answerWaiters(err)
 	a.emit(ExtendFailed, err)

@@ -42,28 +42,61 @@ type Config struct {
 	EventBuffer int    // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
 
+	Addrs []string      // the nodes' addresses, in Nodes order, for errors
 	Reply chan<- Result // buffered 1; receives exactly one Result
-	// OnDone is called once the actor is done with the lease: it ended
-	// or failed, and every vote it was owed is in (or the linger bound
-	// passed). State.Stopped is closed just before.
-	OnDone  func(*State)
-	Publish func(Event) // if set, also gets every event; must not block
-	Dropped *atomic.Uint64
-	// Explain turns a failed extension round into the error events and
-	// Extend carry (the engine names the nodes); nil keeps cause.
-	Explain func(votes []node.Vote, cause error) error
+	Owner Owner         // nil: nobody is told
 }
 
+// Owner is told what a lease actor does that concerns more than its
+// lease: the engine implements it. Its methods run on the actor and must
+// not block.
+type Owner interface {
+	// Publish gets every event of the lease, as its channel does.
+	Publish(Event)
+	// Dropped: a non-terminal event did not fit in the lease's channel.
+	Dropped()
+	// Done is called once the actor is done with the lease: it ended or
+	// failed, and every vote it was owed is in (or the linger bound
+	// passed). State.Stopped is closed just before.
+	Done(*State)
+}
+
+// phase is where a lease is. What moves it on (votes of the current round,
+// the alarm, calls):
+//
+//	acquiring  -- a quorum, in time -->            held, or fencing with a FenceKey
+//	           -- refused, timeout, too slow -->   backingOff, or failing when out of attempts
+//	fencing    -- a quorum of the granting nodes -> held
+//	           -- refused, timeout, too slow -->   backingOff, or failing
+//	backingOff -- alarm -->                        acquiring
+//	acquiring, fencing, backingOff -- Cancel, Close --> failing
+//	held       -- alarm (auto-extension), Extend --> extending
+//	extending  -- a quorum, in time -->            held (Extended)
+//	           -- refused, timeout, too slow -->   held (ExtendFailed)
+//	           -- a quorum holds another key -->   ended (Lost)
+//	held, extending -- deadline, Close -->         ended
+//	held, extending -- Release -->                 releasing
+//	releasing  -- a quorum confirmed, or all answered -> ended
+//	failing, ended -- the owed votes are in, or the linger alarm --> done:
+//	           the actor is idle, or stops
+//
+// Each failed acquire round, and every end of a held lease but its
+// deadline, sends release to every node first.
 type phase uint8
 
 const (
-	acquiring phase = iota // a round is out
-	fencing                // won; writing the token back to the granting nodes
-	waiting                // backing off between rounds
-	failing                // gave up; the Result goes out once owed votes are in
-	held
-	ended // the lease is over; stops once owed votes are in
+	acquiring  phase = iota // an acquire round is out
+	fencing                 // won; writing the token back to the granting nodes
+	backingOff              // between acquire rounds
+	failing                 // gave up; the Result goes out once owed votes are in
+	held                    // the lease is held
+	extending               // held, with an extend round out
+	releasing               // ended by Release; answering it once a quorum confirmed
+	ended                   // the lease is over; done once owed votes are in
 )
+
+// holding reports whether the lease is held (extending included).
+func (a *leaseActor) holding() bool { return a.phase == held || a.phase == extending }
 
 // leaseActor runs one lease at a time; a Pool gives it the next once it
 // is done with one.
@@ -103,19 +136,18 @@ type perLease struct {
 	cause       error // why acquiring failed
 	failedVotes []node.Vote
 	replied     bool
-	release     chan<- ReleaseResult // pending Release reply
+	release     chan<- ReleaseResult // releasing: the Release to answer
 
 	acquired    time.Time             // start of the winning acquire round
-	extending   bool                  // an extend round is out
 	extendsOver bool                  // MaxHold passed: the lease is meant to expire
 	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
 	token       uint64                // fencing token of the won round
 
 	// alarmAt is when the alarm is due (zero: not set); what it means
 	// follows from the phase: the end of the round in flight (acquiring,
-	// fencing, held and extending), the next round (waiting), the next
-	// automatic extension (held), the end of the wait for owed votes
-	// (failing, ended).
+	// fencing, extending), the next round (backingOff), the next automatic
+	// extension (held), the end of the wait for owed votes (failing,
+	// releasing, ended).
 	alarmAt time.Time
 }
 
@@ -213,8 +245,8 @@ func (a *leaseActor) handle(msg any) {
 		// the node timeout.
 		a.answerFailure()
 	case *Close:
-		if a.phase == held {
-			a.sendAll(a.releaseCmd)
+		if a.holding() {
+			a.releaseAll()
 			a.end(m.Err)
 		} else {
 			a.abort(m.Abort)
@@ -248,16 +280,16 @@ func (a *leaseActor) onAlarm() {
 		return
 	}
 	a.alarmAt = time.Time{}
-	switch {
-	case a.phase == acquiring || a.phase == fencing:
+	switch a.phase {
+	case acquiring, fencing:
 		a.roundFailed(errRoundTimeout)
-	case a.phase == held && a.extending:
+	case extending:
 		a.extendFailed(errRoundTimeout)
-	case a.phase == waiting:
+	case backingOff:
 		a.startRound()
-	case a.phase == held:
+	case held:
 		a.startExtend()
-	case a.phase == failing || a.phase == ended:
+	case failing, releasing, ended:
 		a.owed = 0 // waited long enough for the votes owed
 	}
 }
@@ -275,24 +307,48 @@ func (a *leaseActor) stopped() {
 }
 
 func (a *leaseActor) startRound() {
-	a.phase = acquiring
 	a.attempts++
-	a.tally = tally{n: len(a.cfg.Nodes)}
 	a.start = time.Now()
-	a.sendAll(a.acquireCmd)
-	a.setAlarm(a.start.Add(a.cfg.NodeTimeout))
+	a.startVote(acquiring, a.acquireCmd, nil)
 }
 
-// sendAll starts a new round: one command to every node, the same
-// message to all of them (node actors only read it).
-func (a *leaseActor) sendAll(cmd func(r node.Request) node.Command) {
+// startVote is the one way a counted round starts (acquire, fence,
+// extend): the actor moves to phase p and sends cmd to the nodes in to
+// (all when nil), counting the nodes not asked as refused, until the node
+// timeout. The round's validity counts from a.start, which the caller
+// sets (a fence round keeps its acquire round's).
+func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to []int) {
+	a.phase = p
+	n := len(a.cfg.Nodes)
+	a.tally = tally{n: n}
+	if to != nil {
+		a.tally.refused = n - len(to)
+	}
+	a.send(cmd, to)
+	a.setAlarm(time.Now().Add(a.cfg.NodeTimeout))
+}
+
+// releaseAll sends release to every node, in a round of its own: a key of
+// the lease may be on any of them.
+func (a *leaseActor) releaseAll() { a.send(a.releaseCmd, nil) }
+
+// send starts a new round: cmd to the nodes in to (all when nil), the same
+// message to each (node actors only read it).
+func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
 	a.round++
 	clear(a.votes)
 	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self})
-	for _, pid := range a.cfg.Nodes {
-		a.system.Root.Send(pid, c)
+	if to == nil {
+		for _, pid := range a.cfg.Nodes {
+			a.system.Root.Send(pid, c)
+		}
+		a.owed += len(a.cfg.Nodes)
+		return
 	}
-	a.owed += len(a.cfg.Nodes)
+	for _, i := range to {
+		a.system.Root.Send(a.cfg.Nodes[i], c)
+	}
+	a.owed += len(to)
 }
 
 func (a *leaseActor) acquireCmd(r node.Request) node.Command {
@@ -316,8 +372,8 @@ func (a *leaseActor) vote(v *node.Vote) {
 		a.cfg.Logger.Debug("redlease: vote", "resource", a.cfg.Resource, "node", v.Node,
 			"round", v.Round, "outcome", v.Outcome, "rtt", v.RTT, "err", v.Err)
 	}
-	switch {
-	case a.phase == acquiring || a.phase == fencing:
+	switch a.phase {
+	case acquiring, fencing:
 		a.tally.add(v.Outcome)
 		switch {
 		case a.tally.won() && a.tooSlow(time.Since(a.start)):
@@ -331,10 +387,10 @@ func (a *leaseActor) vote(v *node.Vote) {
 		case a.tally.lost():
 			a.roundFailed(nil)
 		}
-	case a.phase == held && a.extending:
+	case extending:
 		a.tally.add(v.Outcome)
 		a.extendVote()
-	case a.release != nil:
+	case releasing:
 		a.answerRelease(false)
 	}
 }
@@ -358,6 +414,7 @@ func (a *leaseActor) answerRelease(all bool) {
 		return
 	}
 	a.release = nil
+	a.phase = ended
 }
 
 func (a *leaseActor) hold() {
@@ -383,7 +440,7 @@ func (a *leaseActor) hold() {
 func (a *leaseActor) roundFailed(cause error) {
 	a.clearAlarm()
 	a.failedVotes = append(a.failedVotes[:0], a.votes...)
-	a.sendAll(a.releaseCmd) // all N: a grant may be on its way from any node
+	a.releaseAll() // all N: a grant may be on its way from any node
 	back := quarantineEnd(a.failedVotes)
 	if !back.IsZero() && cause == nil {
 		cause = errQuarantine
@@ -406,7 +463,7 @@ func (a *leaseActor) roundFailed(cause error) {
 		// one node do not all come back at the same instant.
 		d += max(time.Until(back), 0)
 	}
-	a.phase = waiting
+	a.phase = backingOff
 	a.setAlarm(time.Now().Add(d))
 }
 
@@ -416,9 +473,9 @@ func (a *leaseActor) abort(cause error) {
 	case acquiring, fencing:
 		a.clearAlarm()
 		a.failedVotes = append(a.failedVotes[:0], a.votes...)
-		a.sendAll(a.releaseCmd)
+		a.releaseAll()
 		a.giveUp(cause)
-	case waiting:
+	case backingOff:
 		a.clearAlarm()
 		a.giveUp(cause)
 	}
@@ -436,7 +493,7 @@ func (a *leaseActor) giveUp(cause error) {
 // tooSlow: a round that took elapsed leaves no validity beyond the end
 // margin, so a lease it won would end at once.
 func (a *leaseActor) tooSlow(elapsed time.Duration) bool {
-	return Validity(a.cfg.TTL, elapsed, a.cfg.DriftFactor) <= EndMargin(a.cfg.TTL)
+	return validity(a.cfg.TTL, elapsed, a.cfg.DriftFactor) <= EndMargin(a.cfg.TTL)
 }
 
 // armDeadline sets the timer of the lease's end, EndMargin before its
@@ -482,7 +539,7 @@ var errLostUnextended = errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, er
 
 // onDeadline finishes a lease that its deadline timer ended.
 func (a *leaseActor) onDeadline() {
-	if a.phase != held || !a.state.hasEnded() {
+	if !a.holding() || !a.state.hasEnded() {
 		return
 	}
 	// No release: the lease ends EndMargin before Until, and its keys must
@@ -491,13 +548,13 @@ func (a *leaseActor) onDeadline() {
 }
 
 func (a *leaseActor) onRelease(m *Release) {
-	if a.phase != held {
+	if !a.holding() {
 		m.Reply <- ReleaseResult{Err: a.state.Err()}
 		return
 	}
-	a.release = m.Reply
-	a.sendAll(a.releaseCmd)
+	a.releaseAll()
 	a.end(ErrReleased)
+	a.phase, a.release = releasing, m.Reply
 }
 
 // end ends the lease with err, unless its deadline timer was first, and
@@ -513,7 +570,6 @@ func (a *leaseActor) end(err error) {
 // channel, answers to pending Extend calls.
 func (a *leaseActor) wrapUp(err error) {
 	a.phase = ended
-	a.extending = false
 	a.stopTimers()
 	kind := terminalKind(err)
 	a.emit(kind, err)
@@ -560,11 +616,11 @@ func (a *leaseActor) startLinger() {
 // maybeDone answers, and is done with the lease, once it ended or failed
 // and the actor owes nothing: it goes back to the pool, or stops.
 func (a *leaseActor) maybeDone(ctx actor.Context) {
-	if a.owed > 0 || (a.phase != failing && a.phase != ended) {
+	if a.owed > 0 || (a.phase != failing && a.phase != releasing && a.phase != ended) {
 		return
 	}
 	a.answerFailure()
-	if a.release != nil {
+	if a.phase == releasing {
 		a.answerRelease(true)
 	}
 	a.stopTimers()
@@ -577,14 +633,20 @@ func (a *leaseActor) maybeDone(ctx actor.Context) {
 	}
 }
 
-// done closes the lease's Stopped, tells OnDone and leaves the actor idle.
+// done closes the lease's Stopped, tells the owner and leaves the actor
+// idle.
 func (a *leaseActor) done() {
-	st, onDone := a.state, a.cfg.OnDone
+	st, owner := a.state, a.cfg.Owner
 	close(st.stopped)
 	a.perLease = perLease{}
-	if onDone != nil {
-		onDone(st)
+	if owner != nil {
+		owner.Done(st)
 	}
+}
+
+// explain is the error of a failed extension round, naming each node.
+func (a *leaseActor) explain(cause error) error {
+	return &ExtendError{Nodes: Outcomes(a.votes, a.cfg.Addrs), Cause: cause}
 }
 
 // answerFailure tells the acquirer, once, why acquiring failed.
@@ -618,13 +680,13 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	err := fmt.Errorf("redlease: lease actor panicked: %v", reason)
 	a.cfg.Logger.Error("redlease: lease actor panicked", "resource", a.cfg.Resource, "panic", reason)
 	switch a.phase {
-	case held:
-		a.sendAll(a.releaseCmd)
+	case held, extending:
+		a.releaseAll()
 		a.end(errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, err))
-	case acquiring, fencing, waiting, failing:
+	case acquiring, fencing, backingOff, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {
-			a.sendAll(a.releaseCmd)
+			a.releaseAll()
 		}
 	}
 	if a.release != nil {

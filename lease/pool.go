@@ -6,7 +6,6 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/redlease/redlease/actors"
-	"github.com/redlease/redlease/node"
 )
 
 // Pool starts leases on lease actors, and keeps the actors that are done
@@ -37,9 +36,6 @@ func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int) *
 func (p *Pool) Start(cfg Config) (*actor.PID, *State) {
 	if cfg.Logger == nil {
 		cfg.Logger = actors.Discard
-	}
-	if cfg.Explain == nil {
-		cfg.Explain = func(_ []node.Vote, cause error) error { return cause }
 	}
 	st := newState(cfg.EventBuffer)
 	p.mu.Lock()

@@ -33,10 +33,10 @@ func EndMargin(ttl time.Duration) time.Duration {
 	return min(max(ttl/endMarginFraction, minEndMargin), maxEndMargin)
 }
 
-// Validity is how long a lease of ttl stays valid after a round that took
+// validity is how long a lease of ttl stays valid after a round that took
 // elapsed: ttl − elapsed − Drift. A round whose validity does not exceed
 // EndMargin was too slow to count, even with a quorum of grants: the lease
 // would end as soon as it was held.
-func Validity(ttl, elapsed time.Duration, factor float64) time.Duration {
+func validity(ttl, elapsed time.Duration, factor float64) time.Duration {
 	return ttl - elapsed - Drift(ttl, factor)
 }

@@ -47,8 +47,8 @@ func TestValidity(t *testing.T) {
 		{10 * time.Second, 3 * time.Second, 0.25, 4498 * time.Millisecond},       // 10s − 3s − 2.502s
 	}
 	for _, tt := range tests {
-		if got := Validity(tt.ttl, tt.elapsed, tt.factor); got != tt.want {
-			t.Errorf("Validity(%v, %v, %v) = %v, want %v", tt.ttl, tt.elapsed, tt.factor, got, tt.want)
+		if got := validity(tt.ttl, tt.elapsed, tt.factor); got != tt.want {
+			t.Errorf("validity(%v, %v, %v) = %v, want %v", tt.ttl, tt.elapsed, tt.factor, got, tt.want)
 		}
 	}
 }

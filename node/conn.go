@@ -46,14 +46,14 @@ type Conn struct {
 // NewConn returns an unconnected Conn for opt; Probe connects it. So that
 // commands take effect in the order they were issued, NewConn makes the
 // client one connection (ForceSingleClient, PipelineMultiplex -1), keeps
-// batches on it (auto-pipelining, BlockingPipeline above MaxBatch) and
+// batches on it (auto-pipelining, BlockingPipeline above maxBatch) and
 // turns client-side caching off.
 func NewConn(opt rueidis.ClientOption) *Conn {
 	opt.DisableCache = true
 	opt.ForceSingleClient = true
 	opt.PipelineMultiplex = -1
 	opt.DisableAutoPipelining = false
-	if opt.BlockingPipeline <= MaxBatch {
+	if opt.BlockingPipeline <= maxBatch {
 		opt.BlockingPipeline = rueidis.DefaultBlockingPipeline
 	}
 	c := &Conn{}

@@ -22,4 +22,8 @@
 // A release that got no answer is sent again, first, once the node answers,
 // while its key may live. Receive never waits on Redis: batches and probes
 // run on the node's sender goroutine and report back with a message.
+//
+// It is the engine's machinery: its exported names serve the other
+// packages of this module and carry no compatibility promise. Users
+// import package engine.
 package node

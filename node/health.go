@@ -215,9 +215,9 @@ func (a *nodeActor) lostData(since time.Time, why string) {
 		return
 	}
 	a.health.quarantineUntil = until
-	a.stats.QuarantineUntil.Store(until.UnixNano())
+	a.stats.quarantineUntil.Store(until.UnixNano())
 	if time.Now().Before(until) {
-		a.stats.Restarts.Add(1)
+		a.stats.restarts.Add(1)
 		a.cfg.Logger.Warn("redlease: node may have lost its data; refusing acquires until every lease it held expired",
 			"node", a.cfg.Addr, "why", why, "until", until)
 	}
@@ -300,7 +300,7 @@ func (a *nodeActor) setDown(down bool, err error) {
 		return
 	}
 	a.health.down = down
-	a.stats.Down.Store(down)
+	a.stats.down.Store(down)
 	if down {
 		a.cfg.Logger.Warn("redlease: node down; failing its commands fast until a probe succeeds", "node", a.cfg.Addr, "err", err)
 		a.armProbe()

@@ -17,10 +17,10 @@ import (
 	"github.com/redlease/redlease/actors"
 )
 
-// MaxBatch bounds one DoMulti: rueidis sends pipelines longer than its
+// maxBatch bounds one DoMulti: rueidis sends pipelines longer than its
 // BlockingPipeline (default 2000) over a separate pooled connection, which
 // would break the one-connection ordering.
-const MaxBatch = 1000
+const maxBatch = 1000
 
 // Config describes one node actor.
 type Config struct {
@@ -46,21 +46,39 @@ type Node struct {
 	actor  *nodeActor
 }
 
-// Stats counts a node actor's work and health. Its fields are read with
-// atomic loads through Node.Stats; commands per batch is how much
-// pipelining saves.
+// Stats is a snapshot of a node actor's work and health; commands per
+// batch is how much pipelining saves.
 type Stats struct {
-	Commands        atomic.Uint64 // commands answered by a batch on the wire
-	Batches         atomic.Uint64 // DoMulti calls: round trips
-	Restarts        atomic.Uint64 // times the node was seen to have lost its data
-	OnWire          atomic.Int64  // commands in the batch on the wire now
-	Queued          atomic.Int64  // commands waiting for it
-	Down            atomic.Bool   // failing fast: the last batches and probes failed
-	QuarantineUntil atomic.Int64  // Unix nanoseconds; acquires refused before it
+	Commands        uint64    // commands answered by a batch on the wire
+	Batches         uint64    // DoMulti calls: round trips
+	Restarts        uint64    // times the node was seen to have lost its data
+	OnWire          int64     // commands in the batch on the wire now
+	Queued          int64     // commands waiting for it
+	Down            bool      // failing fast: the last batches and probes failed
+	QuarantineUntil time.Time // acquires refused before it; zero: never quarantined
 }
 
-// Stats returns the node's live counters.
-func (n *Node) Stats() *Stats { return &n.actor.stats }
+// counters are the actor's Stats as it keeps them, for any goroutine to
+// read.
+type counters struct {
+	commands, batches, restarts atomic.Uint64
+	onWire, queued              atomic.Int64
+	down                        atomic.Bool
+	quarantineUntil             atomic.Int64 // Unix nanoseconds; 0: never
+}
+
+// Stats returns a snapshot of the node's counters.
+func (n *Node) Stats() Stats {
+	c := &n.actor.stats
+	s := Stats{
+		Commands: c.commands.Load(), Batches: c.batches.Load(), Restarts: c.restarts.Load(),
+		OnWire: c.onWire.Load(), Queued: c.queued.Load(), Down: c.down.Load(),
+	}
+	if q := c.quarantineUntil.Load(); q != 0 {
+		s.QuarantineUntil = time.Unix(0, q)
+	}
+	return s
+}
 
 // Spawn starts the node actor for cfg.
 func Spawn(system *actor.ActorSystem, cfg Config) *Node {
@@ -137,7 +155,7 @@ type nodeActor struct {
 	queue  []entry // waiting for the job on the wire to return
 	spare  []entry // the last batch's slice, reused
 	busy   bool    // a job is on the wire
-	stats  Stats
+	stats  counters
 	health health
 
 	ttl      millis        // the sender goroutine's: TTLs as the scripts take them
@@ -168,7 +186,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL})
 	case *sent:
 		a.busy = false
-		a.stats.OnWire.Store(0)
+		a.stats.onWire.Store(0)
 		switch {
 		case m.unchecked: // unsent: first in line again, after a probe
 			a.queue = append(m.batch, a.queue...)
@@ -197,7 +215,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		}
 		a.failQueued(ErrStopped)
 	}
-	a.stats.Queued.Store(int64(len(a.queue)))
+	a.stats.queued.Store(int64(len(a.queue)))
 }
 
 func (a *nodeActor) enqueue(e entry) {
@@ -255,7 +273,7 @@ func (a *nodeActor) flush() {
 			kept++
 			continue
 		}
-		if len(batch) == MaxBatch {
+		if len(batch) == maxBatch {
 			break
 		}
 		if !e.silent && deadline.IsZero() {
@@ -279,7 +297,7 @@ func (a *nodeActor) flush() {
 		j.mark = a.health.checked.RunID
 	}
 	a.busy = true
-	a.stats.OnWire.Store(int64(len(batch)))
+	a.stats.onWire.Store(int64(len(batch)))
 	a.work <- j // never blocks: the sender is idle while not busy
 }
 
@@ -346,8 +364,8 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	if err := results[0].Error(); errors.Is(err, errUnchecked) {
 		return err
 	}
-	a.stats.Batches.Add(1)
-	a.stats.Commands.Add(uint64(len(batch)))
+	a.stats.batches.Add(1)
+	a.stats.commands.Add(uint64(len(batch)))
 	if skip > 0 {
 		n, _ := results[0].AsInt64()
 		done.marked = n == 1

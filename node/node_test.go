@@ -168,7 +168,7 @@ func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
 			t.Fatalf("%d of %d votes", len(seen), n)
 		}
 	}
-	cmds, batches := h.node.Stats().Commands.Load(), h.node.Stats().Batches.Load()
+	cmds, batches := h.node.Stats().Commands, h.node.Stats().Batches
 	if cmds != n || batches*10 > cmds {
 		t.Fatalf("%d commands in %d batches: want them to share round trips (≥10 per batch)", cmds, batches)
 	}
@@ -244,7 +244,7 @@ func TestStopAnswersEveryCommand(t *testing.T) {
 		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("q", "me", uint64(i)), TTL: time.Minute})
 	}
 	// The first on the wire, two queued.
-	waitFor(t, func() bool { return h.node.Stats().OnWire.Load() == 1 && h.node.Stats().Queued.Load() == 2 })
+	waitFor(t, func() bool { return h.node.Stats().OnWire == 1 && h.node.Stats().Queued == 2 })
 	h.node.Stop()
 	got := map[Outcome]int{}
 	for range 3 {
@@ -288,7 +288,7 @@ func TestDownNodeFailsFastAndComesBack(t *testing.T) {
 	if err := h.server.Pause(); err != nil {
 		t.Fatal(err)
 	}
-	for round := uint64(1); !h.node.Stats().Down.Load(); round++ {
+	for round := uint64(1); !h.node.Stats().Down; round++ {
 		if round > 20 {
 			t.Fatal("node not marked down after 20 timed-out commands")
 		}
@@ -303,7 +303,7 @@ func TestDownNodeFailsFastAndComesBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.askUntil("d", Granted, 5*time.Second)
-	if h.node.Stats().Down.Load() {
+	if h.node.Stats().Down {
 		t.Fatal("still marked down after granting")
 	}
 }
@@ -328,8 +328,8 @@ func TestRestartQuarantine(t *testing.T) {
 	if since := time.Since(restarted); since < q {
 		t.Fatalf("granted %v after the restart, within the %v quarantine", since, q)
 	}
-	if h.node.Stats().Restarts.Load() < 2 {
-		t.Fatalf("restarts counted: %d, want the fresh start and the restart", h.node.Stats().Restarts.Load())
+	if h.node.Stats().Restarts < 2 {
+		t.Fatalf("restarts counted: %d, want the fresh start and the restart", h.node.Stats().Restarts)
 	}
 	t.Logf("granted again %v after the restart", waited)
 }
@@ -371,7 +371,7 @@ func TestQuarantineCountsFromTheLatestPossibleStart(t *testing.T) {
 		if v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
 			t.Fatalf("%v after a restart that INFO calls 1 s old: %+v, want ErrQuarantined", time.Since(restarted).Round(time.Millisecond), v)
 		}
-		if until := time.Unix(0, h.node.Stats().QuarantineUntil.Load()); until.Before(restarted.Add(q)) {
+		if until := h.node.Stats().QuarantineUntil; until.Before(restarted.Add(q)) {
 			t.Fatalf("quarantined until %v after the restart began, want at least %v", until.Sub(restarted), q)
 		}
 		return
@@ -415,7 +415,7 @@ func TestRestoredMarkerOfAnotherProcessIsQuarantined(t *testing.T) {
 	if v := h.ask(&Acquire{Request: h.req("r", "other", 2), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
 		t.Fatalf("after a restart that kept an old marker: %+v, want ErrQuarantined", v)
 	}
-	if got := time.Unix(0, h.node.Stats().QuarantineUntil.Load()); time.Until(got) < 30*time.Second {
+	if got := h.node.Stats().QuarantineUntil; time.Until(got) < 30*time.Second {
 		t.Fatalf("quarantined until %v, want about a minute from the restart", got)
 	}
 }
@@ -462,10 +462,10 @@ func TestNoScriptKeepsIssueOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.system.Root.Send(h.node.PID, &Extend{Request: h.req("o", "me", 2), TTL: time.Minute})
-	waitFor(t, func() bool { return h.node.Stats().OnWire.Load() == 1 }) // the extend, stalled on the wire
+	waitFor(t, func() bool { return h.node.Stats().OnWire == 1 }) // the extend, stalled on the wire
 	h.system.Root.Send(h.node.PID, &Release{Request: h.req("o", "me", 3), TTL: time.Minute})
 	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("o", "me", 4), TTL: time.Minute})
-	waitFor(t, func() bool { return h.node.Stats().Queued.Load() == 2 }) // both, behind it
+	waitFor(t, func() bool { return h.node.Stats().Queued == 2 }) // both, behind it
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +481,7 @@ func TestNoScriptKeepsIssueOrder(t *testing.T) {
 	if got[4] != Granted {
 		t.Fatalf("votes %v: the retry acquire was not granted", got)
 	}
-	if b := h.node.Stats().Batches.Load(); b != 3 {
+	if b := h.node.Stats().Batches; b != 3 {
 		t.Fatalf("%d batches, want 3: the release and the acquire did not share one", b)
 	}
 	if v, ok, err := h.server.Get(ctx, "o"); err != nil || !ok || v != "me" {
@@ -502,7 +502,7 @@ func TestUnansweredReleaseIsSentAgain(t *testing.T) {
 	if v := h.ask(&Release{Request: h.req("u", "me", 2), TTL: time.Minute}); v.Outcome == Granted || v.Outcome == Taken {
 		t.Fatalf("a paused node answered: %+v", v)
 	}
-	waitFor(t, func() bool { return h.node.Stats().Down.Load() }) // marked down while the release waits
+	waitFor(t, func() bool { return h.node.Stats().Down }) // marked down while the release waits
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
