@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -10,13 +9,13 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/redisinfo"
 )
 
 // clientCPU is this process's user+system CPU time so far (getrusage
@@ -120,22 +119,13 @@ func (a *admin) serverCPU(ctx context.Context) (time.Duration, error) {
 		if err != nil {
 			return 0, fmt.Errorf("INFO cpu on %s: %w", a.addrs[i], err)
 		}
-		found := 0
-		sc := bufio.NewScanner(strings.NewReader(info))
-		for sc.Scan() {
-			k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-			if !ok || (k != "used_cpu_sys" && k != "used_cpu_user") {
-				continue
-			}
+		for _, k := range [...]string{"used_cpu_sys", "used_cpu_user"} {
+			v, ok := redisinfo.Field(info, k)
 			s, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("INFO cpu on %s: %s: %w", a.addrs[i], k, err)
+			if !ok || err != nil {
+				return 0, fmt.Errorf("INFO cpu on %s: %s: %q", a.addrs[i], k, v)
 			}
 			total += s
-			found++
-		}
-		if found != 2 {
-			return 0, fmt.Errorf("INFO cpu on %s: no used_cpu_sys/used_cpu_user", a.addrs[i])
 		}
 	}
 	return time.Duration(total * float64(time.Second)), nil

@@ -1,16 +1,15 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/redisinfo"
 )
 
 // Errors a node votes with when it is not asked at all.
@@ -81,12 +80,14 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	server, _ := res[1].ToString()
 	repl, _ := res[2].ToString()
 	info.Epoch, _ = res[3].ToString()
-	info.RunID = infoField(server, "run_id")
-	info.Replica = infoField(repl, "role") == "slave"
+	info.RunID, _ = redisinfo.Field(server, "run_id")
+	role, _ := redisinfo.Field(repl, "role")
+	info.Replica = role == "slave"
 	// uptime_in_seconds is now's whole second less the start's: a process
 	// started at .99 reports 1 at .01, so the true uptime may be up to a
 	// second less. Overstated, it would end a quarantine early.
-	if s, err := strconv.ParseInt(infoField(server, "uptime_in_seconds"), 10, 64); err == nil && s > 1 {
+	up, _ := redisinfo.Field(server, "uptime_in_seconds")
+	if s, err := strconv.ParseInt(up, 10, 64); err == nil && s > 1 {
 		info.Uptime = time.Duration(s-1) * time.Second
 	}
 	if info.RunID == "" {
@@ -320,15 +321,4 @@ func (a *nodeActor) armProbe() {
 		d /= DownProbeDivisor
 	}
 	a.timer = actors.After(a.system, d, a.self, &healthTick{})
-}
-
-// infoField reads one field of an INFO section.
-func infoField(info, name string) string {
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }

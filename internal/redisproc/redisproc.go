@@ -51,6 +51,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/internal/redisinfo"
 )
 
 const (
@@ -570,10 +572,8 @@ func (n *Node) ServerInfo(ctx context.Context, field string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			return v, nil
-		}
+	if v, ok := redisinfo.Field(info, field); ok {
+		return v, nil
 	}
 	return "", fmt.Errorf("redisproc: INFO server of %s has no %s", n.Addr(), field)
 }
