@@ -315,11 +315,8 @@ func (n *Node) Addr() string {
 func (n *Node) Kill() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed {
-		return errClosed
-	}
-	if n.cmd == nil {
-		return fmt.Errorf("redisproc: %s is not running", n.Addr())
+	if err := n.runningLocked(); err != nil {
+		return err
 	}
 	n.stopLocked()
 	return nil
@@ -352,16 +349,24 @@ func (n *Node) Resume() error {
 	return n.signal(syscall.SIGCONT, 0)
 }
 
+// runningLocked fails unless a process runs (paused or not); n.mu is held.
+func (n *Node) runningLocked() error {
+	switch {
+	case n.closed:
+		return errClosed
+	case n.cmd == nil:
+		return fmt.Errorf("redisproc: %s is not running", n.Addr())
+	}
+	return nil
+}
+
 // signal sends sig and, if want is not 0, waits until /proc reports that
 // state for the process (where /proc exists).
 func (n *Node) signal(sig syscall.Signal, want byte) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.closed {
-		return errClosed
-	}
-	if n.cmd == nil {
-		return fmt.Errorf("redisproc: %s is not running", n.Addr())
+	if err := n.runningLocked(); err != nil {
+		return err
 	}
 	if err := n.cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("redisproc: %s: %w", n.Addr(), err)
