@@ -55,6 +55,48 @@ type holders struct {
 	leases   map[string]*engine.Lease // by holder name
 }
 
+// lastTry is a schedule's end: name's last try to take the resource
+// (acquire is Acquire or TryAcquire), which must be refused; then the
+// check. A lease is recorded as held, for check to report.
+func (h *holders) lastTry(name string, acquire func() (*engine.Lease, error)) {
+	h.t.Helper()
+	if l, err := acquire(); err == nil {
+		h.held(name, l)
+	} else {
+		h.t.Logf("%s refused, as it should be: %v", name, err)
+	}
+	h.check()
+}
+
+// withContenders runs schedule twice, each time on 3 fresh nodes that
+// served redlease before: with a contender engine made after the restart
+// (running false) and with one running through it (see contenderFor).
+func withContenders(t *testing.T, schedule func(t *testing.T, c *redisproc.Cluster, running bool)) {
+	for _, running := range []bool{false, true} {
+		name := map[bool]string{false: "new engine", true: "running engine"}[running]
+		t.Run(name, func(t *testing.T) {
+			c := redisproc.Start(t, 3)
+			seedEpoch(t, c)
+			schedule(t, c, running)
+		})
+	}
+}
+
+// contenderFor returns the schedule's contender: made now when running,
+// so that it runs through the schedule, else made on the first call.
+func contenderFor(t *testing.T, cfg engine.Config, running bool) func() *engine.Engine {
+	var e *engine.Engine
+	if running {
+		e = newEngine(t, cfg)
+	}
+	return func() *engine.Engine {
+		if e == nil {
+			e = newEngine(t, cfg)
+		}
+		return e
+	}
+}
+
 func newHolders(t *testing.T, c *redisproc.Cluster, resource string) *holders {
 	return &holders{t: t, c: c, resource: resource, leases: map[string]*engine.Lease{}}
 }
@@ -194,13 +236,7 @@ func TestScheduleRestoreOnRestartedNode(t *testing.T) {
 	}
 	actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond) // well within E2's validity and node 1's quarantine
 	defer cancel()
-	l1, err := e1.Acquire(actx, resource)
-	if err == nil {
-		h.held("E1", l1)
-	} else {
-		t.Logf("E1 refused, as it should be: %v", err)
-	}
-	h.check()
+	h.lastTry("E1", func() (*engine.Lease, error) { return e1.Acquire(actx, resource) })
 }
 
 // hookBackOff is a retry schedule that runs a hook when the first round
@@ -297,13 +333,7 @@ func TestScheduleNoscriptResendAfterBatch(t *testing.T) {
 	if _, err := b.Do(ctx, "DEL", lockKey(resource)); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := e2.TryAcquire(ctx, resource)
-	if err == nil {
-		h.held("E2", l2)
-	} else {
-		t.Logf("E2 refused, as it should be: %v", err)
-	}
-	h.check()
+	h.lastTry("E2", func() (*engine.Lease, error) { return e2.TryAcquire(ctx, resource) })
 }
 
 // (c) "A restart that keeps the epoch key but loses recent writes is
@@ -315,53 +345,32 @@ func TestScheduleNoscriptResendAfterBatch(t *testing.T) {
 // notice: it reconnects and acquires). An epoch marker must say which
 // process wrote it.
 func TestScheduleSnapshotRestartTrusted(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		running bool // the contender exists before the restart
-	}{
-		{"new engine", false},
-		{"running engine", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := redisproc.Start(t, 3)
-			seedEpoch(t, c)
-			const resource = "snapshot-restart"
-			ctx := t.Context()
-			cfg := engine.Config{Nodes: c.Addrs(), TTL: 10 * time.Second, HealthInterval: time.Hour}
-			e2 := newEngine(t, cfg)
-			var contender *engine.Engine
-			if tc.running {
-				contender = newEngine(t, cfg)
-			}
-			h := newHolders(t, c, resource)
+	withContenders(t, func(t *testing.T, c *redisproc.Cluster, running bool) {
+		const resource = "snapshot-restart"
+		ctx := t.Context()
+		cfg := engine.Config{Nodes: c.Addrs(), TTL: 10 * time.Second, HealthInterval: time.Hour}
+		e2 := newEngine(t, cfg)
+		contender := contenderFor(t, cfg, running)
+		h := newHolders(t, c, resource)
 
-			if err := c.Nodes[0].Save(ctx); err != nil { // the snapshot: epoch key, no lease
-				t.Fatal(err)
-			}
-			h.takeOnTwo("E2", e2)
+		if err := c.Nodes[0].Save(ctx); err != nil { // the snapshot: epoch key, no lease
+			t.Fatal(err)
+		}
+		h.takeOnTwo("E2", e2)
 
-			if err := c.Nodes[0].RestartFromSnapshot(); err != nil {
-				t.Fatal(err)
-			}
-			h.mustOwn(0, "")
-			if _, ok, err := c.Nodes[0].Get(ctx, engine.DefaultKeyPrefix+"epoch"); !ok || err != nil {
-				t.Fatalf("setup: the snapshot lost the epoch key (ok=%v err=%v)", ok, err)
-			}
+		if err := c.Nodes[0].RestartFromSnapshot(); err != nil {
+			t.Fatal(err)
+		}
+		h.mustOwn(0, "")
+		if _, ok, err := c.Nodes[0].Get(ctx, engine.DefaultKeyPrefix+"epoch"); !ok || err != nil {
+			t.Fatalf("setup: the snapshot lost the epoch key (ok=%v err=%v)", ok, err)
+		}
 
-			if !tc.running {
-				contender = newEngine(t, cfg)
-			}
-			actx, cancel := context.WithTimeout(ctx, time.Second) // well within E2's validity
-			defer cancel()
-			l, err := contender.Acquire(actx, resource)
-			if err == nil {
-				h.held("contender", l)
-			} else {
-				t.Logf("contender refused, as it should be: %v", err)
-			}
-			h.check()
-		})
-	}
+		e := contender()
+		actx, cancel := context.WithTimeout(ctx, time.Second) // well within E2's validity
+		defer cancel()
+		h.lastTry("contender", func() (*engine.Lease, error) { return e.Acquire(actx, resource) })
+	})
 }
 
 // (d) "A restart just before a second boundary ends its quarantine at
@@ -373,60 +382,39 @@ func TestScheduleSnapshotRestartTrusted(t *testing.T) {
 // second turns, a contender (new, or running since before the restart)
 // probes node 1, trusts it and takes R through nodes 1 and 3 beside E1.
 func TestScheduleRestartJustBeforeASecond(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		running bool // the contender exists before the restart
-	}{
-		{"new engine", false},
-		{"running engine", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := redisproc.Start(t, 3)
-			seedEpoch(t, c)
-			ctx := t.Context()
-			// The default quarantine is MaxTTL, here the TTL: well under a second.
-			cfg := engine.Config{Nodes: c.Addrs(), TTL: 600 * time.Millisecond, HealthInterval: time.Hour}
-			e1 := newEngine(t, cfg)
-			var contender *engine.Engine
-			if tc.running {
-				contender = newEngine(t, cfg)
+	withContenders(t, func(t *testing.T, c *redisproc.Cluster, running bool) {
+		ctx := t.Context()
+		// The default quarantine is MaxTTL, here the TTL: well under a second.
+		cfg := engine.Config{Nodes: c.Addrs(), TTL: 600 * time.Millisecond, HealthInterval: time.Hour}
+		e1 := newEngine(t, cfg)
+		contender := contenderFor(t, cfg, running)
+		for try := 1; ; try++ {
+			resource := fmt.Sprintf("restart-before-a-second-%d", try)
+			h := newHolders(t, c, resource)
+			second := time.Now().Truncate(time.Second).Add(time.Second)
+			time.Sleep(time.Until(second.Add(-200 * time.Millisecond)))
+			l1 := h.takeOnTwo("E1", e1)
+			if err := c.Nodes[0].Restart(); err != nil {
+				t.Fatal(err)
 			}
-			for try := 1; ; try++ {
-				resource := fmt.Sprintf("restart-before-a-second-%d", try)
-				h := newHolders(t, c, resource)
-				second := time.Now().Truncate(time.Second).Add(time.Second)
-				time.Sleep(time.Until(second.Add(-200 * time.Millisecond)))
-				l1 := h.takeOnTwo("E1", e1)
-				if err := c.Nodes[0].Restart(); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(time.Until(second.Add(120 * time.Millisecond)))
-				up, err := c.Nodes[0].ServerInfo(ctx, "uptime_in_seconds")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if up != "1" || time.Until(l1.Until()) < 100*time.Millisecond {
-					// The process started after the second turned, or too late.
-					if try == 5 {
-						t.Fatalf("setup: 5 tries without a restart just before a second (uptime %s)", up)
-					}
-					_ = l1.Release(ctx)
-					continue
-				}
-				if !tc.running {
-					contender = newEngine(t, cfg)
-				}
-				actx, cancel := context.WithDeadline(ctx, l1.Until())
-				l, err := contender.Acquire(actx, resource)
-				cancel()
-				if err == nil {
-					h.held("contender", l)
-				} else {
-					t.Logf("contender refused, as it should be: %v", err)
-				}
-				h.check()
-				return
+			time.Sleep(time.Until(second.Add(120 * time.Millisecond)))
+			up, err := c.Nodes[0].ServerInfo(ctx, "uptime_in_seconds")
+			if err != nil {
+				t.Fatal(err)
 			}
-		})
-	}
+			if up != "1" || time.Until(l1.Until()) < 100*time.Millisecond {
+				// The process started after the second turned, or too late.
+				if try == 5 {
+					t.Fatalf("setup: 5 tries without a restart just before a second (uptime %s)", up)
+				}
+				_ = l1.Release(ctx)
+				continue
+			}
+			e := contender()
+			actx, cancel := context.WithDeadline(ctx, l1.Until())
+			defer cancel()
+			h.lastTry("contender", func() (*engine.Lease, error) { return e.Acquire(actx, resource) })
+			return
+		}
+	})
 }
