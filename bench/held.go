@@ -180,6 +180,7 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	runtime.GC()
 	var after runtime.MemStats
 	runtime.ReadMemStats(&after)
+	writeHeapProfile("held")
 	for _, l := range leases {
 		if l != nil {
 			out.leases++

@@ -169,6 +169,8 @@ func mainCode() int {
 	clientsFlag := fs.String("clients", strings.Join(clientNames, ","), "comma-separated clients")
 	jsonPath := fs.String("json", "", "write the results to `FILE` as a JSON array")
 	plotPath := fs.String("plot", "", "write an SVG plot to `FILE` (.svg): per workload a row with cycles/s and\nacquire p99 against workers, one line per client")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole suite to `FILE` (go tool pprof);\nrun one client and one workload to read it")
+	memProfile := fs.String("memprofile", "", "write a heap profile to `FILE` at the end of the suite, and for the held\nworkload while its leases are held")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageText)
 		fs.PrintDefaults()
@@ -240,6 +242,16 @@ func mainCode() int {
 		}
 	}
 
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -cpuprofile: %v\n", err)
+			return 1
+		}
+		defer stopProfile()
+	}
+	heapProfile = *memProfile
+
 	// Ctrl-C or SIGTERM ends the current run; the deferred Closes then
 	// stop the nodes. A second signal kills at once (redisproc's nodes die
 	// with this process all the same).
@@ -282,6 +294,7 @@ func mainCode() int {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 	}
 	fmt.Fprintf(os.Stderr, "bench: %d runs in %v\n\n", len(results), time.Since(start).Round(100*time.Millisecond))
+	writeHeapProfile("")
 
 	if len(results) > 0 {
 		printTable(os.Stdout, results)
