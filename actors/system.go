@@ -46,13 +46,14 @@ type Late struct{}
 // IgnoreDeadLetterLogging tells protoactor not to log this dead letter.
 func (Late) IgnoreDeadLetterLogging() {}
 
-// Props are the props of a redlease actor: a itself (never restarted:
-// Recover ends its work instead), on NewMailbox, run by dispatcher, or by
-// protoactor's default when dispatcher is nil.
-func Props(a actor.Actor, dispatcher actor.Dispatcher) *actor.Props {
+// Props are the props of redlease actors made by produce (never
+// restarted: Recover ends their work instead), on NewMailbox, run by
+// dispatcher, or by protoactor's default when dispatcher is nil. One
+// Props may spawn many actors.
+func Props(produce actor.Producer, dispatcher actor.Dispatcher) *actor.Props {
 	opts := []actor.PropsOption{actor.WithMailbox(NewMailbox)}
 	if dispatcher != nil {
 		opts = append(opts, actor.WithDispatcher(dispatcher))
 	}
-	return actor.PropsFromProducer(func() actor.Actor { return a }, opts...)
+	return actor.PropsFromProducer(produce, opts...)
 }

@@ -65,7 +65,8 @@ func New(cfg Config) (*Engine, error) {
 		e.ownSystem = true
 	}
 	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors)
-	e.hub = e.system.Root.Spawn(actors.Props(&hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}, e.dispatch))
+	h := &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
+	e.hub = e.system.Root.Spawn(actors.Props(func() actor.Actor { return h }, e.dispatch))
 	for i, addr := range cfg.Nodes {
 		n := node.Spawn(e.system, node.Config{
 			Index: i, Addr: addr, Conn: conns[i],

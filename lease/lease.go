@@ -420,6 +420,7 @@ func (a *leaseActor) answerRelease(all bool) {
 func (a *leaseActor) hold() {
 	a.clearAlarm()
 	a.phase = held
+	a.cfg.BackOff = nil // acquiring is over: free it for as long as the lease is held
 	a.acquired = a.start
 	a.state.token = a.token
 	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL), a.atDeadline(nil))

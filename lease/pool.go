@@ -14,9 +14,9 @@ import (
 // time; the round numbers of its votes and the tags of its timers keep
 // what arrives late about one lease out of the next.
 type Pool struct {
-	system     *actor.ActorSystem
-	dispatcher actor.Dispatcher
-	keep       int
+	system *actor.ActorSystem
+	props  *actor.Props // one for all the pool's actors
+	keep   int
 
 	mu     sync.Mutex
 	idle   []*actor.PID
@@ -28,7 +28,9 @@ type Pool struct {
 // protoactor's default) and which keeps at most keep idle actors; with
 // keep 0 every actor stops after its lease.
 func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int) *Pool {
-	return &Pool{system: system, dispatcher: dispatcher, keep: keep}
+	p := &Pool{system: system, keep: keep}
+	p.props = actors.Props(func() actor.Actor { return &leaseActor{system: system, pool: p} }, dispatcher)
+	return p
 }
 
 // Start starts acquiring cfg's lease on an idle actor, or a new one, and
@@ -48,7 +50,7 @@ func (p *Pool) Start(cfg Config) (*actor.PID, *State) {
 	p.mu.Unlock()
 	if pid == nil {
 		p.actors.Add(1)
-		pid = p.system.Root.Spawn(actors.Props(&leaseActor{system: p.system, pool: p}, p.dispatcher))
+		pid = p.system.Root.Spawn(p.props)
 	}
 	p.system.Root.Send(pid, &begin{cfg: cfg, state: st})
 	return pid, st

@@ -96,7 +96,7 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 		idle:   make(chan struct{}),
 	}
 	a.start(cfg.First)
-	pid := system.Root.Spawn(actors.Props(a, cfg.Dispatcher))
+	pid := system.Root.Spawn(actors.Props(func() actor.Actor { return a }, cfg.Dispatcher))
 	go a.sender()
 	return &Node{PID: pid, system: system, actor: a}
 }
