@@ -35,8 +35,24 @@ var clientNames = []string{
 }
 
 // singleNode are the clients that lock on one Redis, not by Redlock: they
-// run only where the suite runs on one node.
+// run only on the suite's one-node rows, and the tables mark them with
+// singleNodeMark.
 var singleNode = map[string]bool{"rueidislock": true, "redislock": true}
+
+// singleNodeMark follows the name of a single-node client in the tables,
+// and singleNodeNote, printed under them, says what it means.
+const (
+	singleNodeMark = "*"
+	singleNodeNote = singleNodeMark + " a single-Redis lock, not Redlock: no fault tolerance; run on one node only"
+)
+
+// clientLabel is a client's name as the tables show it.
+func clientLabel(name string) string {
+	if singleNode[name] {
+		return name + singleNodeMark
+	}
+	return name
+}
 
 // rueidis tuned for batching, as redlease's node actors batch in their own
 // way: one connection per node (PipelineMultiplex -1; rueidis' default on

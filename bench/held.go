@@ -20,7 +20,6 @@ const (
 	heldTTL     = 3 * time.Second // WithTTL of every held lease: extended every second
 	heldMaxHold = time.Hour       // WithAutoExtend: far beyond any run
 	heldWorkers = 64              // goroutines acquiring (and, with -nodes, releasing) the leases
-	heldPaused  = 3               // nodes paused for the loss phase: a majority of 5
 	// heldSweep is how often the run empties every lease's own event
 	// channel, as holders reading Lease.Events would, so the engine's
 	// EventsDropped counts what the subscription missed, not what nobody
@@ -275,7 +274,7 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	return res, nil
 }
 
-// lose pauses heldPaused nodes, a majority, so that no extension can
+// lose pauses a majority of the nodes (3 of 5), so that no extension can
 // succeed, and returns, sorted, how long after its Until each live lease's
 // Context was cancelled (negative: before it); every lease must end with
 // ErrLeaseLost. The nodes
@@ -296,10 +295,10 @@ func (b *bench) lose(ctx context.Context, i int, leases []*engine.Lease, lis *he
 			endc <- ended{j, time.Since(l.Until())}
 		})
 	}
+	paused := b.cluster.Nodes[:len(b.cluster.Nodes)/2+1]
 	b.progress.status(fmt.Sprintf("%d of %d nodes paused, waiting for %d leases to be lost; suite %s",
-		heldPaused, len(b.cluster.Nodes), live, fmtLeft(b.lossTime()+b.left(i+1))))
+		len(paused), len(b.cluster.Nodes), live, fmtLeft(b.lossTime()+b.left(i+1))))
 	lis.lossPhase.Store(true)
-	paused := b.cluster.Nodes[:heldPaused]
 	defer func() {
 		for _, nd := range paused {
 			_ = nd.Resume()
@@ -331,7 +330,7 @@ wait:
 		switch {
 		case l == nil:
 		case !got[j] && l.Err() == nil:
-			out.fail(fmt.Errorf("lease %s still held %v after %d of %d nodes paused", l.Resource(), heldTTL+heldLossSlack, heldPaused, len(b.cluster.Nodes)))
+			out.fail(fmt.Errorf("lease %s still held %v after %d of %d nodes paused", l.Resource(), heldTTL+heldLossSlack, len(paused), len(b.cluster.Nodes)))
 		case got[j] && !errors.Is(l.Err(), engine.ErrLeaseLost):
 			out.fail(fmt.Errorf("lease %s ended with %v, want ErrLeaseLost", l.Resource(), l.Err()))
 		}

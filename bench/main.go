@@ -228,6 +228,20 @@ func mainCode() int {
 			return usageError(fs, errors.New("nothing left to run"))
 		}
 	}
+	if most < 3 && slices.Contains(workloads, degraded) {
+		fmt.Fprintf(os.Stderr, "bench: note: skipping the degraded workload on %d node%s: killing one leaves no quorum (needs -n 3 or more)\n", most, plural(most))
+		workloads = slices.DeleteFunc(workloads, func(w string) bool { return w == degraded })
+		if len(workloads) == 0 {
+			return usageError(fs, errors.New("nothing left to run"))
+		}
+	}
+	if single := slices.DeleteFunc(slices.Clone(clients), func(c string) bool { return !singleNode[c] }); len(single) > 0 && most > 1 {
+		where := "on the 1-node rows"
+		if counts[0] != 1 {
+			where = "with -n 1: not in this suite"
+		}
+		fmt.Fprintf(os.Stderr, "bench: note: the single-Redis locks (%s) run only %s\n", strings.Join(single, ", "), where)
+	}
 	plan := makePlan(workloads, clients, workers, *resources, *leasesFlag, counts)
 	if len(plan) == 0 {
 		return usageError(fs, errors.New("nothing to run: the single-node clients run only at -n 1"))

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -167,7 +166,7 @@ func printTable(w io.Writer, results []Result) {
 
 func printCompareTable(w io.Writer, results []Result) {
 	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %8s %8s\n"
-	const row = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %8s %8s\n"
+	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %8s %8s\n"
 	fmt.Fprintln(w, "latencies in µs; CPU in µs per acquire+release cycle; writes = write syscalls per cycle (this process)")
 	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
 		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "hand p50", "hand p99")
@@ -176,8 +175,11 @@ func printCompareTable(w io.Writer, results []Result) {
 		if r.HandoffP50 != nil && r.Handoffs != nil && *r.Handoffs > 0 {
 			h50, h99 = fmt.Sprintf("%.0f", *r.HandoffP50), fmt.Sprintf("%.0f", *r.HandoffP99)
 		}
-		fmt.Fprintf(w, row, r.Client, r.Workload, r.Nodes, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
+		fmt.Fprintf(w, rowFmt, clientLabel(r.Client), r.Workload, r.Nodes, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
 			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, h50, h99)
+	}
+	if slices.ContainsFunc(results, func(r Result) bool { return singleNode[r.Client] }) {
+		fmt.Fprintln(w, singleNodeNote)
 	}
 }
 
@@ -216,69 +218,93 @@ func printHeldTable(w io.Writer, results []Result) {
 	}
 }
 
-// printRatios writes, per row (node count, workload, workers), redlease's
-// cycles/s over the strongest peer's (the highest cycles/s of the row) and
-// over each peer's, at one worker its acquire p50 over raw's lowest
-// (tuned or not; the flush delay costs latency there), and the client CPU
-// per cycle of redlease and of the strongest peer. Above 1 is better for
-// redlease, except for p50.
-func printRatios(w io.Writer, results []Result) {
-	type point struct {
-		nodes    int
-		workload string
-		workers  int
-	}
-	by := map[point][]Result{}
-	var order []point
+// row is one point of the comparison: the results of every client at one
+// node count, workload and worker count.
+type row struct {
+	nodes    int
+	workload string
+	workers  int
+	results  []Result
+}
+
+// rows groups results by node count, workload and worker count, in the
+// order each point first appears.
+func rows(results []Result) []row {
+	var out []row
 	for _, r := range results {
-		p := point{r.Nodes, r.Workload, r.Workers}
-		if by[p] == nil {
-			order = append(order, p)
+		i := slices.IndexFunc(out, func(x row) bool {
+			return x.nodes == r.Nodes && x.workload == r.Workload && x.workers == r.Workers
+		})
+		if i < 0 {
+			out = append(out, row{nodes: r.Nodes, workload: r.Workload, workers: r.Workers})
+			i = len(out) - 1
 		}
-		by[p] = append(by[p], r)
+		out[i].results = append(out[i].results, r)
 	}
+	return out
+}
+
+// split picks redlease's result out of the row's: nil when the row has
+// none; the peers keep their order.
+func (w row) split() (redlease *Result, peers []Result) {
+	for i := range w.results {
+		if w.results[i].Client == "redlease" {
+			redlease = &w.results[i]
+		} else {
+			peers = append(peers, w.results[i])
+		}
+	}
+	return redlease, peers
+}
+
+// strongest is the peer with the highest cycles/s (the first of equals);
+// peers must not be empty.
+func strongest(peers []Result) Result {
+	best := peers[0]
+	for _, r := range peers[1:] {
+		if r.CyclesPerS > best.CyclesPerS {
+			best = r
+		}
+	}
+	return best
+}
+
+// printRatios writes, per row (node count, workload, workers), redlease's
+// cycles/s over the strongest peer's (the highest cycles/s of the row,
+// named) with both clients' CPU per cycle, then over each other peer's;
+// at 1 worker also redlease's acquire p50 over raw's and raw-tuned's.
+// Above 1 is better for redlease, except for p50.
+func printRatios(w io.Writer, results []Result) {
 	header := false
-	for _, p := range order {
-		rl, peers := splitRedlease(by[p])
+	for _, p := range rows(results) {
+		rl, peers := p.split()
 		if rl == nil || len(peers) == 0 {
 			continue
 		}
 		if !header {
-			fmt.Fprintln(w, "\nredlease / peer, cycles/s (strongest peer of the row first; CPU in µs per cycle):")
+			fmt.Fprintln(w, "\nredlease / peer, cycles/s (the strongest peer of the row first, with both clients' CPU in µs per cycle):")
 			header = true
 		}
-		best := slices.MaxFunc(peers, func(a, b Result) int { return cmp.Compare(a.CyclesPerS, b.CyclesPerS) })
-		line := fmt.Sprintf("  %d node%s %-11s workers=%-4d %.2f× %s", p.nodes, plural(p.nodes), p.workload, p.workers,
-			rl.CyclesPerS/best.CyclesPerS, best.Client)
-		line += fmt.Sprintf(" (CPU %.1f vs %.1f)", rl.ClientCPU, best.ClientCPU)
-		var fastest *Result // raw's lowest acquire p50, tuned or not
-		for i, r := range peers {
+		best := strongest(peers)
+		line := fmt.Sprintf("  %d node%s %-11s workers=%-4d %.2f× %s (CPU %.1f vs %.1f)", p.nodes, plural(p.nodes), p.workload, p.workers,
+			rl.CyclesPerS/best.CyclesPerS, clientLabel(best.Client), rl.ClientCPU, best.ClientCPU)
+		var p50 []string
+		for _, r := range peers {
 			if r.Client != best.Client {
-				line += fmt.Sprintf("  %s %s", r.Client, strings.TrimSpace(ratio(rl.CyclesPerS, r.CyclesPerS)))
+				line += fmt.Sprintf("  %s %s", clientLabel(r.Client), strings.TrimSpace(ratio(rl.CyclesPerS, r.CyclesPerS)))
 			}
-			if strings.HasPrefix(r.Client, "raw") && (fastest == nil || r.AcquireP50 < fastest.AcquireP50) {
-				fastest = &peers[i]
+			if p.workers == 1 && (r.Client == "raw" || r.Client == "raw-tuned") {
+				p50 = append(p50, fmt.Sprintf("%s's %s", r.Client, strings.TrimSpace(ratio(rl.AcquireP50, r.AcquireP50))))
 			}
 		}
-		if fastest != nil && p.workers == 1 {
-			line += fmt.Sprintf("  [acquire p50 / %s's %s]", fastest.Client, strings.TrimSpace(ratio(rl.AcquireP50, fastest.AcquireP50)))
+		if len(p50) > 0 {
+			line += "  [acquire p50 / " + strings.Join(p50, ", ") + "]"
 		}
 		fmt.Fprintln(w, line)
 	}
-}
-
-// splitRedlease picks redlease's result out of a row's.
-func splitRedlease(row []Result) (*Result, []Result) {
-	var rl *Result
-	var peers []Result
-	for i := range row {
-		if row[i].Client == "redlease" {
-			rl = &row[i]
-		} else {
-			peers = append(peers, row[i])
-		}
+	if header && slices.ContainsFunc(results, func(r Result) bool { return singleNode[r.Client] }) {
+		fmt.Fprintln(w, singleNodeNote)
 	}
-	return rl, peers
 }
 
 func plural(n int) string {
