@@ -75,6 +75,11 @@ const (
 	tunedFlushDelay = 200 * time.Microsecond
 )
 
+// tunedHelp describes the tuned settings for -h.
+func tunedHelp() string {
+	return fmt.Sprintf("one connection per node (PipelineMultiplex %d), MaxFlushDelay %v", tunedMultiplex, tunedFlushDelay)
+}
+
 // rueidisOption is the rueidis client option for addr, tuned or at
 // rueidis' defaults; client-side caching is off either way (locks never
 // read cached values), except where a lock client needs it.

@@ -55,60 +55,71 @@ configuration, on the same nodes in the same process, one after another:
                          through rueidis at its defaults: SET NX PX on all
                          nodes at once, decide at quorum, compare-and-delete
                          on all
-  raw-tuned              raw over rueidis tuned for batching: the strongest
-                         Redlock peer
+  raw-tuned              raw over rueidis tuned for batching
   rueidislock            (1 node only) rueidis' single-Redis lock, tuned
                          rueidis, one key per lock (KeyMajority 1)
   redislock              (1 node only) bsm/redislock, a single-Redis lock,
                          over go-redis v9 (default options)
 
-"Tuned" rueidis: one connection per node (PipelineMultiplex -1) and a
-200µs MaxFlushDelay (the best of 20-200µs, see tunedFlushDelay), so that concurrent commands share writes as redlease's
-node actors make them share. All clients use a 10s TTL; every run is
-preceded by a FLUSHALL and a warm-up that is not measured. The suite runs
-once per node count (-n), on the first N of the nodes; the single-node
-clients run only at -n 1. The ratios give, per row, redlease against the
-strongest peer of that row (the highest cycles/s) and against each peer.
+"Tuned" rueidis is set for batching:
+  {{tuned}}
+so that concurrent commands share writes, as redlease's node actors make
+them share (the chosen settings and the measurements behind them are
+beside the constants in bench/clients.go). Client-side caching is off,
+except for rueidislock, which waits on it. All clients use a {{ttl}} TTL;
+every run is preceded by a FLUSHALL and a warm-up that is not measured.
+
+The suite runs once per node count (-n), on the first N of the nodes; the
+single-node clients run only at -n 1. The ratios give, per row, redlease
+against the strongest peer of that row (the highest cycles/s, named) and
+against each peer, with both clients' CPU per cycle; at 1 worker also
+redlease's acquire p50 over raw's and raw-tuned's.
+
+Without -workload the suite is uncontended at 1, 128 and 512 workers on
+each node count, then held on the largest.
 
 Workloads:
   uncontended  W workers, R resources; worker w cycles over its own resources
                w, w+W, w+2W, ...; a cycle is a single-round acquire (redlease
-               TryAcquire, redsync TryLock) plus release; a failed acquire is
-               an error, never retried.
+               TryAcquire, redsync TryLock, rueidislock TryWithContext,
+               redislock Obtain without retries) plus release; a failed
+               acquire is an error, never retried.
   contended    W workers on R resources (worker w on resource w mod R); a cycle
                is an acquire with the client's own retries (redlease Acquire,
-               redsync Lock, raw: redlease's default schedule) plus release.
+               redsync Lock, rueidislock WithContext, raw and redislock:
+               redlease's default schedule) plus release.
                Also reports hand-offs, changes of holder: their count, and
                their latency from a holder's call to Release to the next
                holder's (another worker's) acquire returning.
-  degraded     uncontended with 1 of the 5 nodes dead, at 1 and 128 workers
-               unless -workers says otherwise: shows what a dead minority
-               costs next to the healthy uncontended numbers. The client
-               connects to all 5 nodes, then the first node is killed
-               (SIGKILL), then the warm-up runs: redsync's go-redis clients
-               are pinged when made, which a dead node would fail, and the
-               warm-up absorbs each client's discovery of the dead node, so
-               the measured part is the steady degraded state. After the
-               run the node is restarted empty on its port and re-seeded
-               (FLUSHALL and redlease's epoch key, as before every run).
-               The server CPU of these runs is that of the 4 live nodes.
-               Part of the default suite; needs the nodes the bench started
-               itself: skipped, with a note, with -nodes. The ratios end
-               with redlease's degraded / uncontended acquire p50 and p99
-               at the same workers (run both workloads to get them); -json
-               gives these runs "dead_nodes": 1; -plot gives them a row.
-  held         redlease only: redsync and raw cannot extend a lease by
-               themselves, so whatever -clients says, held is one run, of
-               redlease. N leases (-leases) on distinct resources, acquired
+  degraded     uncontended with 1 node dead, on the largest node count (at
+               least 3), at 1 and 128 workers unless -workers says otherwise:
+               shows what a dead minority costs next to the healthy
+               uncontended numbers. The client connects to all nodes, then the
+               first node is killed (SIGKILL), then the warm-up runs:
+               redsync's go-redis clients are pinged when made, which a dead
+               node would fail, and the warm-up absorbs each client's
+               discovery of the dead node, so the measured part is the steady
+               degraded state. After the run the node is restarted empty on
+               its port and re-seeded (FLUSHALL and redlease's epoch key, as
+               before every run). The server CPU of these runs is that of the
+               live nodes. Needs the nodes the bench started itself: skipped,
+               with a note, with -nodes. The ratios end with redlease's
+               degraded / uncontended acquire p50 and p99 at the same workers
+               (run both workloads to get them); -json gives these runs
+               "dead_nodes": 1; -plot gives them a row.
+  held         redlease only: the Redlock peers do not extend a lease by
+               themselves (rueidislock does, on one Redis), so whatever
+               -clients says, held is one run, of redlease, on the largest
+               node count. N leases (-leases) on distinct resources, acquired
                by 64 goroutines (Acquire, with retries) with WithTTL(3s) and
-               WithAutoExtend(1h), so each extends every second; then held
-               for -duration, but at least 2×TTL = 6s so that every lease
-               extends about six times. Then, on nodes the bench started
-               itself (not with -nodes), 3 of the 5 nodes are paused
+               WithAutoExtend(1h), so each extends every second; then held for
+               -duration, but at least 2×TTL = 6s so that every lease extends
+               about six times. Then, on nodes the bench started itself (not
+               with -nodes), a majority of the nodes (3 of 5) is paused
                (SIGSTOP) until every lease is lost, and resumed; with -nodes
                the leases are released instead. -workers, -resources and
-               -warmup do not apply (no warm-up: the acquisitions precede
-               the measured hold).
+               -warmup do not apply (no warm-up: the acquisitions precede the
+               measured hold).
 
 Reported per run: cycles/s; acquire p50/p99/p99.9 and release p50/p99 (µs);
 errors; this process's CPU per cycle (getrusage) and its write syscalls per
@@ -172,7 +183,7 @@ func mainCode() int {
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole suite to `FILE` (go tool pprof);\nrun one client and one workload to read it")
 	memProfile := fs.String("memprofile", "", "write a heap profile to `FILE` at the end of the suite, and for the held\nworkload while its leases are held")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usageText)
+		fmt.Fprint(fs.Output(), strings.NewReplacer("{{tuned}}", tunedHelp(), "{{ttl}}", lockTTL.String()).Replace(usageText))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -493,8 +504,8 @@ func (b *bench) left(i int) time.Duration {
 // client, so the clients of one point run back to back on a machine in
 // the same state. The single-node clients run only on one node. The held
 // workload is a single run, of redlease, with leases leases; it and the
-// degraded workload (both need five nodes to pause or kill) run on the
-// largest node count only.
+// degraded workload (which pause a majority of the nodes and kill one)
+// run on the largest node count only.
 func makePlan(workloads, clients []string, workers []int, resources, leases int, counts []int) []run {
 	var plan []run
 	most := counts[len(counts)-1]

@@ -92,7 +92,7 @@ func plotRow(b *strings.Builder, top float64, workload string, rows []Result, cl
 	if r0.DeadNodes > 0 {
 		nodes = fmt.Sprintf("%d of %d nodes dead", r0.DeadNodes, r0.Nodes)
 	}
-	title := fmt.Sprintf("%s: %s, %d resources, %v per point, 10s TTL", workload, nodes, r0.Resources, perPoint)
+	title := fmt.Sprintf("%s: %s, %d resources, %v per point, %v TTL", workload, nodes, r0.Resources, perPoint, lockTTL)
 	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="16" font-weight="bold">%s</text>`+"\n", 16.0, top+26, html.EscapeString(title))
 
 	// Legend, on the line below the title.
