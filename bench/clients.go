@@ -55,21 +55,40 @@ func clientLabel(name string) string {
 }
 
 // rueidis tuned for batching, as redlease's node actors batch in their own
-// way: one connection per node (PipelineMultiplex -1; rueidis' default on
-// 2 cores is 2) whose write loop waits up to tunedFlushDelay after each
-// flush so that more commands share a write. Chosen by raw-tuned's
-// cycles/s, uncontended, 1000 resources, at 128 and 512 workers, mean of
-// two 2s runs each, on the README's 2-core machine:
+// way: one connection per node (PipelineMultiplex -1; rueidis' default, 0,
+// means log2(GOMAXPROCS) capped at 2, so 2 connections on 2 cores, the
+// same as 1) whose write loop, while more than one caller waits on it,
+// sleeps up to tunedFlushDelay after each flush so that more commands
+// share a write. (With a single caller it never sleeps, so 1 worker pays
+// nothing; with a few, the sleep costs them its full length, rounded up
+// by the Go timer to about a millisecond when the process is otherwise
+// idle: tuned rueidis is for many concurrent callers.)
 //
-//	multiplex, delay   1 node: 128 / 512 workers   5 nodes: 128 / 512
-//	-1,  50µs             96,000 / 110,000           17,100 / 15,600
-//	-1, 100µs             88,000 / 113,000           14,600 / 19,900
-//	-1, 200µs             94,000 / 128,000           23,300 / 21,400
-//	 0, 100µs (one run)  103,000 / 110,000           11,900 / 10,700
-//	-1,  20µs (one run)  107,000 / 116,000           12,600 / 12,900
+// Chosen by measuring raw-tuned, uncontended, 1000 resources, 2s runs, on
+// the 2-core machine of the README (client and nodes sharing the cores):
+// cycles/s, the median of runs that vary by up to ±20%:
 //
-// Single runs vary by ±20% on a shared machine; 200µs was the best or
-// tied everywhere.
+//	multiplex  delay   runs   1 node: 128  512 workers   5 nodes: 128  512
+//	 1 (= 0)   none     1             56k  70k                   7.7k  7.2k
+//	 1 (= 0)   20µs     1             76k  114k                  13k   9.5k
+//	 1 (= 0)   50µs     1             137k 118k                  8.6k  10k
+//	 1 (= 0)   100µs    1             94k  117k                  12k   12k
+//	 1 (= 0)   200µs    1             107k 131k                  13k   16k
+//	 2         none     1             63k  61k                   8.4k  7.9k
+//	 2         100µs    1             101k 109k                  7.5k  8.9k
+//	-1         none     1             69k  98k                   12k   10k
+//	-1         20µs     1             114k 136k                  15k   14k
+//	-1         50µs     5             104k 139k                  15k   16k
+//	-1         100µs    5             101k 124k                  18k   19k
+//	-1         150µs    3             98k  137k                  21k   22k
+//	-1         200µs    8             93k  141k                  23k   22k
+//	-1         300µs    4             68k  119k                  21k   19k
+//
+// One connection (-1) wins on five nodes by far; on one node the settings
+// with a delay are within the noise of each other. 200µs is the best
+// delay on five nodes (+25% over 100µs) and within 10% of the best on
+// one, so it is the setting; an earlier, smaller measurement (four delays,
+// two runs each) came to the same.
 const (
 	tunedMultiplex  = -1
 	tunedFlushDelay = 200 * time.Microsecond
@@ -432,11 +451,15 @@ func newValue() string {
 }
 
 // rueidislockLocker is rueidis' own lock, rueidislock, on one node, over a
-// tuned rueidis client with client-side caching on (it watches released
-// keys through it). KeyMajority 1: one key per lock, a single-Redis lock;
-// its default (2 of 3 keys on the one node) costs three keys for the same
-// guarantee. Retries, when asked for, are its own: it waits for the key's
-// invalidation.
+// tuned rueidis client (rueidislock forces one connection itself) with
+// client-side caching on: a waiting WithContext learns of a release
+// through the key's invalidation, where without caching it polls every
+// 20ms. Uncontended, caching off measured 1-7% faster (63k/71k against
+// 60k/70k cycles/s at 128/512 workers, 2 runs each: within the noise),
+// so the lock keeps the configuration it is built for. KeyMajority 1:
+// one key per lock, a single-Redis lock; its default (2 of 3 keys on the
+// one node) costs three keys for the same guarantee. Retries, when asked
+// for, are its own.
 type rueidislockLocker struct{ l rueidislock.Locker }
 
 func newRueidislock(addrs []string) (*rueidislockLocker, error) {
