@@ -40,7 +40,8 @@ var clientNames = []string{
 var singleNode = map[string]bool{"rueidislock": true, "redislock": true}
 
 // singleNodeMark follows the name of a single-node client in the tables,
-// and singleNodeNote, printed under them, says what it means.
+// and singleNodeNote, printed under the comparison table, says what it
+// means.
 const (
 	singleNodeMark = "*"
 	singleNodeNote = singleNodeMark + " a single-Redis lock, not Redlock: no fault tolerance; run on one node only"

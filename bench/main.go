@@ -310,8 +310,8 @@ func mainCode() int {
 	if countHeld(plan) > 0 {
 		what = append(what, fmt.Sprintf("held: %d leases for %v", *leasesFlag, heldHold(*duration)))
 	}
-	fmt.Fprintf(os.Stderr, "bench: %d runs (%s) on %s nodes, GOMAXPROCS=%d, %s; about %v\n",
-		len(plan), strings.Join(what, ", "), joinInts(counts, " and "),
+	fmt.Fprintf(os.Stderr, "bench: %d runs (%s) on %s node%s, GOMAXPROCS=%d, %s; about %v\n",
+		len(plan), strings.Join(what, ", "), joinInts(counts, " and "), plural(most),
 		runtime.GOMAXPROCS(0), runtime.Version(), b.left(0).Round(time.Second))
 	start := time.Now()
 	results, err := b.runAll(ctx)

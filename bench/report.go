@@ -302,9 +302,6 @@ func printRatios(w io.Writer, results []Result) {
 		}
 		fmt.Fprintln(w, line)
 	}
-	if header && slices.ContainsFunc(results, func(r Result) bool { return singleNode[r.Client] }) {
-		fmt.Fprintln(w, singleNodeNote)
-	}
 }
 
 func plural(n int) string {
