@@ -40,11 +40,11 @@ type Info struct {
 	ConnID int64 // CLIENT ID of the connection the probe checked
 }
 
-// Trusted reports whether the node has kept its data since redlease last
+// trusted reports whether the node has kept its data since redlease last
 // checked it: the running process wrote the epoch marker. A marker of
 // another process came back with a snapshot or an AOF, which may have lost
 // the latest lock keys.
-func (i Info) Trusted() bool { return i.Epoch == i.RunID }
+func (i Info) trusted() bool { return i.Epoch == i.RunID }
 
 // Probe connects c if needed and learns, in one round trip, its node's run
 // id, uptime, role and epoch marker, loading redlease's scripts on the way
@@ -190,7 +190,7 @@ func (a *nodeActor) start(first *Info) {
 func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
 	a.health.checked = info
-	if info.Trusted() {
+	if info.trusted() {
 		a.health.epochPending = false
 		return
 	}
