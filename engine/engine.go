@@ -86,7 +86,7 @@ func New(cfg Config) (*Engine, error) {
 // server would break the quorum). Nodes that did not answer get no Info;
 // their node actors probe them until they do.
 func connect(cfg *Config) ([]*node.Conn, []*node.Info, error) {
-	conns, infos, errs := probeAll(cfg)
+	conns, infos, errs := probeAll(context.Background(), cfg)
 	closeAll := func() {
 		for _, c := range conns {
 			c.Close()
@@ -120,8 +120,8 @@ func connect(cfg *Config) ([]*node.Conn, []*node.Info, error) {
 }
 
 // probeAll makes a connection per node of cfg and probes them all at once,
-// each within ConnectTimeout.
-func probeAll(cfg *Config) ([]*node.Conn, []*node.Info, []error) {
+// each within ConnectTimeout and ctx.
+func probeAll(ctx context.Context, cfg *Config) ([]*node.Conn, []*node.Info, []error) {
 	n := len(cfg.Nodes)
 	conns := make([]*node.Conn, n)
 	infos := make([]*node.Info, n)
@@ -130,7 +130,7 @@ func probeAll(cfg *Config) ([]*node.Conn, []*node.Info, []error) {
 	for i, addr := range cfg.Nodes {
 		conns[i] = node.NewConn(cfg.clientOption(addr))
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+			ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 			defer cancel()
 			info, err := conns[i].Probe(ctx, cfg.epochKey(), node.Info{})
 			if err != nil {
@@ -160,7 +160,7 @@ func MarkNew(ctx context.Context, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	conns, infos, errs := probeAll(&cfg)
+	conns, infos, errs := probeAll(ctx, &cfg)
 	for i, c := range conns {
 		if infos[i] != nil {
 			ok, err := c.Mark(ctx, cfg.epochKey(), infos[i].RunID)

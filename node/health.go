@@ -37,14 +37,19 @@ type Info struct {
 	// Epoch is the epoch marker: the run id of the process that wrote it,
 	// "" when there is none.
 	Epoch  string
-	ConnID int64 // CLIENT ID of the connection the probe checked
+	ConnID int64         // CLIENT ID of the connection the probe checked
+	RTT    time.Duration // the probe's round trip
 }
 
-// trusted reports whether the node has kept its data since redlease last
+// Trusted reports whether the node has kept its data since redlease last
 // checked it: the running process wrote the epoch marker. A marker of
 // another process came back with a snapshot or an AOF, which may have lost
 // the latest lock keys.
-func (i Info) trusted() bool { return i.Epoch == i.RunID }
+func (i Info) Trusted() bool { return i.Epoch == i.RunID }
+
+// Started is when the process started, at the latest, for a probe answered
+// at at: a quarantine counts from there.
+func (i Info) Started(at time.Time) time.Time { return at.Add(-i.Uptime) }
 
 // Probe connects c if needed and learns, in one round trip, its node's run
 // id, uptime, role and epoch marker, loading redlease's scripts on the way
@@ -68,14 +73,16 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	for _, s := range scripts {
 		cmds = append(cmds, client.B().ScriptLoad().Script(s.body).Build())
 	}
+	start := time.Now()
 	res := client.DoMulti(ctx, cmds...)
+	rtt := time.Since(start)
 	dials := c.dials.Load()
 	for _, r := range res {
 		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
 			return Info{}, err
 		}
 	}
-	var info Info
+	info := Info{RTT: rtt}
 	info.ConnID, _ = res[0].AsInt64()
 	server, _ := res[1].ToString()
 	repl, _ := res[2].ToString()
@@ -190,7 +197,7 @@ func (a *nodeActor) start(first *Info) {
 func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
 	a.health.checked = info
-	if info.trusted() {
+	if info.Trusted() {
 		a.health.epochPending = false
 		return
 	}
@@ -199,9 +206,9 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 	}
 	switch {
 	case prev.RunID == "":
-		a.lostData(at.Add(-info.Uptime), "first contact: no epoch marker of this process")
+		a.lostData(info.Started(at), "first contact: no epoch marker of this process")
 	case prev.RunID != info.RunID:
-		a.lostData(at.Add(-info.Uptime), "restarted (new run_id)")
+		a.lostData(info.Started(at), "restarted (new run_id)")
 	case !a.health.epochPending:
 		a.lostData(at, "epoch marker gone (FLUSHALL?)")
 	}

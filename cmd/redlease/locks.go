@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redlease/redlease/engine"
+)
+
+type locksJSON struct {
+	Quorum int        `json:"quorum"`
+	Locks  []lockJSON `json:"locks"`
+	Errors []string   `json:"errors,omitempty"` // nodes that could not be scanned
+}
+
+type lockJSON struct {
+	Resource string `json:"resource"`
+	// Held: a quorum holds the lock for Owner; otherwise the keys are the
+	// debris of a failed attempt, or of a lease ending.
+	Held  bool      `json:"held"`
+	Owner string    `json:"owner,omitempty"`
+	Fence uint64    `json:"fence"`
+	Keys  []keyJSON `json:"keys"`
+}
+
+type keyJSON struct {
+	Node      string `json:"node"`
+	Value     string `json:"value"`
+	TTLMillis int64  `json:"ttl_ms"`
+}
+
+func runLocks(ctx context.Context, o *options, args []string, s ios) int {
+	cfg, err := o.config()
+	if err != nil {
+		fmt.Fprintf(s.err, "redlease locks: %v\n", err)
+		return exitUsage
+	}
+	pattern := "*"
+	if len(args) == 1 {
+		pattern = args[0]
+	}
+	reports, err := engine.InspectLocks(ctx, cfg, pattern)
+	if err != nil && reports == nil {
+		fmt.Fprintf(s.err, "redlease locks: %v\n", err)
+		return exitUsage
+	}
+	out := locksJSON{Quorum: engine.Quorum(len(cfg.Nodes)), Locks: make([]lockJSON, len(reports))}
+	for i, r := range reports {
+		l := lockJSON{Resource: r.Resource, Held: r.Owner != "", Owner: r.Owner, Fence: r.Fence}
+		for _, k := range r.Keys {
+			l.Keys = append(l.Keys, keyJSON{Node: k.Node, Value: k.Value, TTLMillis: k.TTL.Milliseconds()})
+		}
+		out.Locks[i] = l
+	}
+	if err != nil {
+		out.Errors = strings.Split(err.Error(), "\n")
+	}
+	if o.json {
+		printJSON(s.out, out)
+	} else {
+		printLocks(s, cfg.Nodes, out)
+	}
+	if err != nil {
+		return exitFail
+	}
+	return exitOK
+}
+
+func printLocks(s ios, nodes []string, out locksJSON) {
+	w := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "RESOURCE\tSTATE\tOWNER\tNODES\tTTL PER NODE\tFENCE")
+	held := 0
+	for _, l := range out.Locks {
+		state, owner := "debris", distinctValues(l.Keys)
+		if l.Held {
+			state, owner = "held", l.Owner
+			held++
+		}
+		var which, ttls []string
+		for _, k := range l.Keys {
+			n := strconv.Itoa(slices.Index(nodes, k.Node) + 1)
+			which = append(which, n)
+			ttls = append(ttls, n+":"+ttlText(k.TTLMillis))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d/%d (%s)\t%s\t%d\n", printable(l.Resource), state, owner,
+			len(l.Keys), len(nodes), strings.Join(which, ","), strings.Join(ttls, " "), l.Fence)
+	}
+	w.Flush()
+	fmt.Fprintf(s.out, "%d resources: %d held by a quorum (%d of %d nodes), %d debris; nodes numbered as in -nodes\n",
+		len(out.Locks), held, out.Quorum, len(nodes), len(out.Locks)-held)
+	for _, e := range out.Errors {
+		fmt.Fprintln(s.out, e)
+	}
+}
+
+// distinctValues lists the owner values of a resource's keys, once each.
+func distinctValues(keys []keyJSON) string {
+	var values []string
+	for _, k := range keys {
+		if !slices.Contains(values, k.Value) {
+			values = append(values, k.Value)
+		}
+	}
+	return strings.Join(values, ",")
+}
+
+func ttlText(ms int64) string {
+	if ms < 0 {
+		return "none" // no expiry: not a key redlease wrote
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// printable quotes a resource name that would garble the table.
+func printable(s string) string {
+	if strconv.CanBackquote(s) && !strings.ContainsAny(s, " \t") {
+		return s
+	}
+	return strconv.Quote(s)
+}

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/leakcheck"
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m, "redlease/", "rueidis", "protoactor") }
+
+// cli runs the command line args in-process with stdin and env, and
+// returns its exit status and output.
+func cli(t *testing.T, stdin string, env map[string]string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, strings.NewReader(stdin), &out, &errOut, func(k string) string { return env[k] })
+	t.Logf("redlease %s: exit %d\n%s%s", strings.Join(args, " "), code, out.String(), errOut.String())
+	return code, out.String(), errOut.String()
+}
+
+// cliJSON runs args with -json and decodes the output into v.
+func cliJSON(t *testing.T, v any, args ...string) int {
+	t.Helper()
+	code, out, _ := cli(t, "", nil, append(args, "-json")...)
+	reflect.ValueOf(v).Elem().SetZero() // nothing left of an earlier reading
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("redlease %s -json: %v in %q", strings.Join(args, " "), err, out)
+	}
+	return code
+}
+
+func join(addrs ...string) string { return strings.Join(addrs, ",") }
+
+func wantCode(t *testing.T, what string, got, want int) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s: exit %d, want %d", what, got, want)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{nil, exitUsage},
+		{[]string{"-h"}, exitOK},
+		{[]string{"nodes", "-h"}, exitOK},
+		{[]string{"frobnicate"}, exitUsage},
+		{[]string{"nodes"}, exitUsage},                                      // no -nodes
+		{[]string{"nodes", "-nodes", "127.0.0.1:1", "extra"}, exitUsage},    // nodes takes no argument
+		{[]string{"locks", "-nodes", "127.0.0.1:1", "a*", "b*"}, exitUsage}, // one pattern at most
+		{[]string{"nodes", "-nodes", "127.0.0.1"}, exitUsage},               // no port: the engine's config error
+		{[]string{"nodes", "-nodes", "127.0.0.1:1", "-quarantine", "0"}, exitUsage},
+		{[]string{"mark-new", "-nodes", "127.0.0.1:1", "-ca-file", "/nonexistent"}, exitUsage},
+	} {
+		code, _, stderr := cli(t, "", nil, tc.args...)
+		if code != tc.want {
+			t.Errorf("redlease %q: exit %d, want %d", tc.args, code, tc.want)
+		}
+		if tc.want == exitUsage && stderr == "" {
+			t.Errorf("redlease %q: exit %d with nothing on stderr", tc.args, code)
+		}
+	}
+}
+
+func TestBadCAFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(path, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(t, "", nil, "nodes", "-nodes", "127.0.0.1:1", "-ca-file", path)
+	wantCode(t, "nodes -ca-file garbage", code, exitUsage)
+	if !strings.Contains(stderr, "no PEM certificate") {
+		t.Errorf("stderr %q does not say what is wrong with the CA file", stderr)
+	}
+}
+
+// TestNodes: fresh nodes are quarantined until marked; then serving; a
+// dead node and a replica are named as such, and the exit status follows
+// the quorum.
+func TestNodes(t *testing.T) {
+	c := redisproc.Start(t, 4)
+	a := c.Addrs()
+	ctx := context.Background()
+
+	var got nodesJSON
+	wantCode(t, "nodes on fresh nodes", cliJSON(t, &got, "nodes", "-nodes", join(a[:3]...)), exitFail)
+	if got.Quorum != 2 || got.Serving != 0 || len(got.Nodes) != 3 {
+		t.Fatalf("fresh nodes: quorum %d, serving %d, %d nodes; want 2, 0, 3", got.Quorum, got.Serving, len(got.Nodes))
+	}
+	for i, n := range got.Nodes {
+		runID, err := c.Nodes[i].RunID(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Node != a[i] || n.State != stateQuarantined || n.Role != "master" || n.RunID != runID || n.Trusted ||
+			n.QuarantineUntil == nil || n.QuarantineLeftSeconds <= 0 || n.QuarantineLeftSeconds > 10 || n.RTTMillis <= 0 {
+			t.Errorf("fresh node %d: %+v; want quarantined master %s, run id %s, untrusted, quarantine within 10s, an RTT", i, n, a[i], runID)
+		}
+	}
+
+	code, _, _ := cli(t, "", nil, "mark-new", "-yes", "-nodes", join(a[:3]...))
+	wantCode(t, "mark-new -yes", code, exitOK)
+	wantCode(t, "nodes after mark-new", cliJSON(t, &got, "nodes", "-nodes", join(a[:3]...)), exitOK)
+	for i, n := range got.Nodes {
+		if n.State != stateServing || !n.Trusted || n.QuarantineUntil != nil {
+			t.Errorf("marked node %d: %+v; want serving, trusted, no quarantine", i, n)
+		}
+	}
+
+	if err := c.Nodes[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Nodes[3].Do(ctx, "REPLICAOF", "127.0.0.1", strings.Split(a[0], ":")[1]); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "nodes with one dead", cliJSON(t, &got, "nodes", "-nodes", join(a[:3]...)), exitOK)
+	if n := got.Nodes[2]; n.State != stateUnreachable || n.Error == "" || got.Serving != 2 {
+		t.Errorf("dead node: %+v, %d serving; want unreachable with its error, 2 serving", n, got.Serving)
+	}
+	wantCode(t, "nodes with a replica", cliJSON(t, &got, "nodes", "-nodes", join(a[0], a[1], a[3])), exitOK)
+	if n := got.Nodes[2]; n.State != stateReplica || n.Role != "replica" {
+		t.Errorf("replica: %+v; want state and role replica", n)
+	}
+
+	// Fewer than a quorum: one serving, one dead, one replica. The table
+	// says so too.
+	code, out, _ := cli(t, "", nil, "nodes", "-nodes", join(a[1], a[2], a[3]))
+	wantCode(t, "nodes with one serving of three", code, exitFail)
+	for _, want := range []string{"NODE", stateServing, stateUnreachable, stateReplica, "1 can serve now; fewer than a quorum", "node " + a[2] + ": "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}
+
+// TestLocks: a held lease shows its owner, quorum and fence counter; a
+// key on one node is debris; PATTERN filters; a prefix with glob
+// characters is matched literally; a dead node makes a partial listing
+// that exits 1.
+func TestLocks(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	a := c.Addrs()
+	ctx := context.Background()
+	if err := engine.MarkNew(ctx, engine.Config{Nodes: a}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Config{Nodes: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	l, err := e.Acquire(ctx, "invoice:42", engine.WithFencing())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := c.Nodes[0].Set(ctx, "redlease:{job:7}", "someone", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nodes[1].Set(ctx, "t[1]:{x}", "other", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	var got locksJSON
+	wantCode(t, "locks", cliJSON(t, &got, "locks", "-nodes", join(a...)), exitOK)
+	if len(got.Locks) != 2 || got.Quorum != 2 {
+		t.Fatalf("locks: %+v; want invoice:42 and job:7, quorum 2", got)
+	}
+	inv, job := got.Locks[0], got.Locks[1]
+	if inv.Resource != "invoice:42" || !inv.Held || inv.Owner != l.Value() || inv.Fence != l.Token() || len(inv.Keys) < 2 {
+		t.Errorf("invoice:42: %+v; want held by %s on at least 2 nodes, fence %d", inv, l.Value(), l.Token())
+	}
+	for _, k := range inv.Keys {
+		if k.Value != l.Value() || k.TTLMillis <= 0 || k.TTLMillis > engine.DefaultTTL.Milliseconds() {
+			t.Errorf("invoice:42 key %+v; want value %s, TTL within %v", k, l.Value(), engine.DefaultTTL)
+		}
+	}
+	if job.Resource != "job:7" || job.Held || len(job.Keys) != 1 || job.Keys[0].Node != a[0] || job.Keys[0].Value != "someone" ||
+		job.Keys[0].TTLMillis <= 0 || job.Keys[0].TTLMillis > 5000 {
+		t.Errorf("job:7: %+v; want debris on %s only, value someone, TTL within 5s", job, a[0])
+	}
+
+	wantCode(t, "locks invoice:*", cliJSON(t, &got, "locks", "-nodes", join(a...), "invoice:*"), exitOK)
+	if len(got.Locks) != 1 || got.Locks[0].Resource != "invoice:42" {
+		t.Errorf("locks invoice:*: %+v; want invoice:42 alone", got.Locks)
+	}
+	wantCode(t, "locks -prefix t[1]:", cliJSON(t, &got, "locks", "-nodes", join(a...), "-prefix", "t[1]:"), exitOK)
+	if len(got.Locks) != 1 || got.Locks[0].Resource != "x" {
+		t.Errorf("locks -prefix t[1]:: %+v; want x alone", got.Locks)
+	}
+
+	if err := c.Nodes[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := cli(t, "", nil, "locks", "-nodes", join(a...))
+	wantCode(t, "locks with a dead node", code, exitFail)
+	for _, want := range []string{"RESOURCE", "invoice:42", "held", "job:7", "debris", "1/3 (1)", a[2] + ": "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+}
+
+// TestMarkNew: refused while any node holds a lock key; asks unless -yes;
+// marks each node with its own run id; leaves trusted nodes; refuses a
+// replica and a dead node.
+func TestMarkNew(t *testing.T) {
+	c := redisproc.Start(t, 4)
+	a := c.Addrs()
+	nodes := join(a[:3]...)
+	ctx := context.Background()
+	epochOf := func(i int) string {
+		v, _, err := c.Nodes[i].Get(ctx, engine.DefaultKeyPrefix+"epoch")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+
+	if err := c.Nodes[1].Set(ctx, "redlease:{r}", "someone", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	var got markJSON
+	wantCode(t, "mark-new with a lock key on node 2", cliJSON(t, &got, "mark-new", "-yes", "-nodes", nodes), exitFail)
+	if len(got.Marked) != 0 || len(got.Refused) != 3 || !strings.Contains(got.Refused[1].Why, "holds 1 lock keys") ||
+		!strings.Contains(got.Refused[0].Why, "other nodes hold 1 lock keys") {
+		t.Errorf("mark-new with a lock key: %+v; want all three refused, node 2 for its key, the others for node 2's", got)
+	}
+	if _, err := c.Nodes[1].Do(ctx, "DEL", "redlease:{r}"); err != nil {
+		t.Fatal(err)
+	}
+
+	code, _, _ := cli(t, "no\n", nil, "mark-new", "-nodes", nodes)
+	wantCode(t, "mark-new answered no", code, exitFail)
+	code, _, _ = cli(t, "", nil, "mark-new", "-nodes", nodes)
+	wantCode(t, "mark-new without an answer", code, exitFail)
+	for i := range 3 {
+		if e := epochOf(i); e != "" {
+			t.Fatalf("node %d has epoch marker %q before the operator said yes", i+1, e)
+		}
+	}
+
+	code, _, stderr := cli(t, "yes\n", nil, "mark-new", "-nodes", nodes)
+	wantCode(t, "mark-new answered yes", code, exitOK)
+	if !strings.Contains(stderr, "Type yes") {
+		t.Errorf("mark-new did not ask: stderr %q", stderr)
+	}
+	for i := range 3 {
+		if runID, _ := c.Nodes[i].RunID(ctx); epochOf(i) != runID {
+			t.Errorf("node %d: epoch marker %q, want its run id %s", i+1, epochOf(i), runID)
+		}
+	}
+
+	wantCode(t, "mark-new again", cliJSON(t, &got, "mark-new", "-yes", "-nodes", nodes), exitOK)
+	if len(got.Trusted) != 3 || len(got.Marked) != 0 {
+		t.Errorf("mark-new again: %+v; want all three already trusted", got)
+	}
+
+	if _, err := c.Nodes[3].Do(ctx, "REPLICAOF", "127.0.0.1", strings.Split(a[0], ":")[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nodes[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "mark-new with a replica and a dead node", cliJSON(t, &got, "mark-new", "-yes", "-nodes", join(a[0], a[2], a[3])), exitFail)
+	if len(got.Refused) != 2 || !strings.Contains(got.Refused[0].Why, "unreachable") || !strings.Contains(got.Refused[1].Why, "replica") {
+		t.Errorf("mark-new with a replica and a dead node: %+v; want both refused", got)
+	}
+}
+
+// TestAuth: -user and the password from the environment reach nodes that
+// require them; a wrong password shows as unreachable, with the server's
+// word.
+func TestAuth(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	ctx := context.Background()
+	for _, n := range c.Nodes {
+		if _, err := n.Do(ctx, "ACL", "SETUSER", "ops", "on", ">s3cret", "~*", "+@all"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"nodes", "-nodes", join(c.Addrs()...), "-user", "ops", "-password-env", "OPS_PASSWORD", "-json"}
+	for _, tc := range []struct {
+		password, state string
+	}{
+		{"s3cret", stateQuarantined}, // fresh nodes: reached, not yet trusted
+		{"wrong", stateUnreachable},
+	} {
+		_, out, _ := cli(t, "", map[string]string{"OPS_PASSWORD": tc.password}, args...)
+		var got nodesJSON
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range got.Nodes {
+			if n.State != tc.state {
+				t.Errorf("password %q: node %s %s (%s), want %s", tc.password, n.Node, n.State, n.Error, tc.state)
+			}
+			if tc.state == stateUnreachable && !strings.Contains(n.Error, "WRONGPASS") {
+				t.Errorf("password %q: error %q does not carry the server's WRONGPASS", tc.password, n.Error)
+			}
+		}
+	}
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redlease/redlease/engine"
+)
+
+// A node's state, as an engine meeting it now would judge it.
+const (
+	stateServing     = "serving"
+	stateQuarantined = "quarantined"
+	stateReplica     = "replica"
+	stateUnreachable = "unreachable"
+)
+
+func nodeState(r engine.NodeReport, now time.Time) string {
+	switch {
+	case r.Err != nil:
+		return stateUnreachable
+	case r.Replica:
+		return stateReplica
+	case !r.Serves(now):
+		return stateQuarantined
+	}
+	return stateServing
+}
+
+type nodesJSON struct {
+	Quorum  int        `json:"quorum"`
+	Serving int        `json:"serving"` // nodes that can serve an acquire now
+	Nodes   []nodeJSON `json:"nodes"`
+}
+
+type nodeJSON struct {
+	Node                  string     `json:"node"`
+	State                 string     `json:"state"`
+	Error                 string     `json:"error,omitempty"`
+	Role                  string     `json:"role,omitempty"`
+	RunID                 string     `json:"run_id,omitempty"`
+	UptimeSeconds         int64      `json:"uptime_seconds"`
+	Trusted               bool       `json:"trusted"`
+	QuarantineUntil       *time.Time `json:"quarantine_until,omitempty"`
+	QuarantineLeftSeconds float64    `json:"quarantine_left_seconds"`
+	RTTMillis             float64    `json:"rtt_ms"`
+}
+
+func runNodes(ctx context.Context, o *options, _ []string, s ios) int {
+	cfg, err := o.config()
+	if err != nil {
+		fmt.Fprintf(s.err, "redlease nodes: %v\n", err)
+		return exitUsage
+	}
+	reports, err := engine.InspectNodes(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(s.err, "redlease nodes: %v\n", err)
+		return exitUsage
+	}
+	now := time.Now()
+	quorum := engine.Quorum(len(reports))
+	out := nodesJSON{Quorum: quorum, Nodes: make([]nodeJSON, len(reports))}
+	for i, r := range reports {
+		n := nodeJSON{Node: r.Addr, State: nodeState(r, now), RunID: r.RunID,
+			UptimeSeconds: int64(r.Uptime / time.Second), Trusted: r.Trusted, RTTMillis: float64(r.RTT) / float64(time.Millisecond)}
+		switch {
+		case r.Err != nil:
+			n.Error = r.Err.Error()
+		case r.Replica:
+			n.Role = "replica"
+		default:
+			n.Role = "master"
+		}
+		if r.QuarantineUntil.After(now) {
+			n.QuarantineUntil = &r.QuarantineUntil
+			n.QuarantineLeftSeconds = r.QuarantineUntil.Sub(now).Seconds()
+		}
+		if n.State == stateServing {
+			out.Serving++
+		}
+		out.Nodes[i] = n
+	}
+	if o.json {
+		printJSON(s.out, out)
+	} else {
+		printNodes(s, out)
+	}
+	if out.Serving < quorum {
+		return exitFail
+	}
+	return exitOK
+}
+
+func printNodes(s ios, out nodesJSON) {
+	w := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tSTATE\tROLE\tRUN ID\tUPTIME\tTRUSTED\tQUARANTINE\tRTT")
+	for _, n := range out.Nodes {
+		if n.Error != "" {
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\n", n.Node, n.State)
+			continue
+		}
+		quarantine := "-"
+		if n.QuarantineUntil != nil {
+			quarantine = fmt.Sprintf("%.1fs left (until %s)", n.QuarantineLeftSeconds, n.QuarantineUntil.Format("15:04:05.000"))
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%.2fms\n", n.Node, n.State, n.Role, short(n.RunID),
+			time.Duration(n.UptimeSeconds)*time.Second, yesNo(n.Trusted), quarantine, n.RTTMillis)
+	}
+	w.Flush()
+	for _, n := range out.Nodes {
+		if n.Error != "" {
+			fmt.Fprintln(s.out, n.Error) // names the node
+		}
+	}
+	verdict := "engines can acquire"
+	if out.Serving < out.Quorum {
+		verdict = "fewer than a quorum: engines cannot acquire now"
+	}
+	fmt.Fprintf(s.out, "%d nodes, quorum %d: %d can serve now; %s\n", len(out.Nodes), out.Quorum, out.Serving, verdict)
+}
+
+// short abbreviates a run id for the table; -json prints it whole.
+func short(runID string) string {
+	if len(runID) > 12 {
+		return runID[:12]
+	}
+	return runID
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}

@@ -1,0 +1,237 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/internal/errtext"
+	"github.com/redlease/redlease/lease"
+)
+
+// Quorum is how many of n nodes must grant a lease: n/2+1.
+func Quorum(n int) int { return lease.Quorum(n) }
+
+// NodeReport is what InspectNodes learns of one node: what an engine
+// meeting it now would make of it.
+type NodeReport struct {
+	// Addr is the node's address, as in Config.Nodes.
+	Addr string
+	// Err says why the node could not be probed; the fields below are
+	// zero then.
+	Err error
+	// RunID names the server process; it changes with every restart.
+	RunID string
+	// Uptime is how long the process has surely run.
+	Uptime time.Duration
+	// Replica: a read-only replica, never used for locking.
+	Replica bool
+	// Trusted: the running process wrote the epoch marker, so it has kept
+	// its data since an engine last checked it.
+	Trusted bool
+	// QuarantineUntil: an engine meeting the node now would not acquire
+	// on it before this, as every lease it may have held before it lost
+	// its data has not yet expired (zero: it would use the node at once).
+	// An untrusted process sits out RestartQuarantine from its start.
+	QuarantineUntil time.Time
+	// RTT is the probe's round trip.
+	RTT time.Duration
+}
+
+// Serves reports whether an engine would acquire on the node at now.
+func (r NodeReport) Serves(now time.Time) bool {
+	return r.Err == nil && !r.Replica && !now.Before(r.QuarantineUntil)
+}
+
+// InspectNodes probes every node of cfg at once, each within
+// ConnectTimeout and ctx, and reports them in the order of cfg.Nodes. It
+// writes nothing but redlease's scripts into the nodes' script caches, as
+// an engine's probe does. It uses cfg's Nodes, KeyPrefix, Client,
+// ConnectTimeout, MaxTTL and RestartQuarantine; an invalid cfg yields the
+// error New would give.
+func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	conns, infos, errs := probeAll(ctx, &cfg)
+	at := time.Now()
+	reports := make([]NodeReport, len(cfg.Nodes))
+	for i, c := range conns {
+		c.Close()
+		r := &reports[i]
+		r.Addr, r.Err = cfg.Nodes[i], errs[i]
+		info := infos[i]
+		if info == nil {
+			continue
+		}
+		r.RunID, r.Uptime, r.Replica, r.Trusted, r.RTT = info.RunID, info.Uptime, info.Replica, info.Trusted(), info.RTT
+		if !r.Trusted && !r.Replica && cfg.RestartQuarantine >= 0 {
+			if until := info.Started(at).Add(cfg.RestartQuarantine); until.After(at) {
+				r.QuarantineUntil = until
+			}
+		}
+	}
+	return reports, nil
+}
+
+// LockReport is one resource's lock keys, as InspectLocks found them.
+type LockReport struct {
+	// Resource is the resource name, as passed to Acquire.
+	Resource string
+	// Keys holds the lock key of each node that has one, in the order of
+	// Config.Nodes.
+	Keys []LockKey
+	// Owner is the value (Lease.Value) that a quorum of the nodes holds:
+	// a held lease. "" when none: the keys are the debris of a failed
+	// attempt, or a lease ending.
+	Owner string
+	// Fence is the largest fence counter of the resource on a node that
+	// holds its lock key; 0 when it never had a fenced lease.
+	Fence uint64
+}
+
+// LockKey is a resource's lock key on one node.
+type LockKey struct {
+	Node  string        // the node's address
+	Value string        // the owner's value
+	TTL   time.Duration // remaining time to live
+}
+
+// InspectLocks scans every node of cfg for the lock keys of the resources
+// that match pattern, a Redis glob on the resource name ("*" for all), and
+// reports them by resource, sorted by name. It reads with SCAN, never
+// KEYS, and writes nothing. A node it could not scan is named in the
+// error, and the reports hold what the others answered. It uses cfg's
+// Nodes, KeyPrefix, Client and ConnectTimeout.
+func InspectLocks(ctx context.Context, cfg Config, pattern string) ([]LockReport, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if pattern == "" {
+		return nil, errors.New("redlease: inspect locks: empty pattern (\"*\" matches every resource)")
+	}
+	found := make([][]foundKey, len(cfg.Nodes))
+	errs := make([]error, len(cfg.Nodes))
+	var wg sync.WaitGroup
+	for i, addr := range cfg.Nodes {
+		wg.Go(func() {
+			found[i], errs[i] = scanLocks(ctx, &cfg, addr, pattern)
+			if errs[i] != nil {
+				errs[i] = errtext.Errorf("node %s: %w", addr, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+
+	byResource := make(map[string]*LockReport)
+	for i, keys := range found {
+		for _, k := range keys {
+			r := byResource[k.resource]
+			if r == nil {
+				r = &LockReport{Resource: k.resource}
+				byResource[k.resource] = r
+			}
+			r.Keys = append(r.Keys, LockKey{Node: cfg.Nodes[i], Value: k.value, TTL: k.ttl})
+			r.Fence = max(r.Fence, k.fence)
+		}
+	}
+	reports := make([]LockReport, 0, len(byResource))
+	for _, r := range byResource {
+		r.Owner = quorumValue(r.Keys, Quorum(len(cfg.Nodes)))
+		reports = append(reports, *r)
+	}
+	slices.SortFunc(reports, func(a, b LockReport) int { return strings.Compare(a.Resource, b.Resource) })
+	if err := errors.Join(errs...); err != nil {
+		return reports, errtext.Errorf("redlease: inspect locks: %w", err)
+	}
+	return reports, nil
+}
+
+// quorumValue is the value that at least quorum keys hold, or "".
+func quorumValue(keys []LockKey, quorum int) string {
+	count := make(map[string]int, len(keys))
+	for _, k := range keys {
+		if count[k.Value]++; count[k.Value] >= quorum {
+			return k.Value
+		}
+	}
+	return ""
+}
+
+type foundKey struct {
+	resource, value string
+	ttl             time.Duration
+	fence           uint64
+}
+
+// scanBatch is SCAN's COUNT hint, and so about how many keys are read
+// back per round trip.
+const scanBatch = 1000
+
+// scanLocks reads the lock keys of one node whose resource matches
+// pattern: SCAN, then each key's value, TTL and fence counter.
+func scanLocks(ctx context.Context, cfg *Config, addr, pattern string) ([]foundKey, error) {
+	opt := cfg.clientOption(addr)
+	opt.DisableCache = true
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	open := cfg.KeyPrefix + "{"
+	match := escapeGlob(open) + pattern + "}"
+	var found []foundKey
+	var cursor uint64
+	for {
+		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(scanBatch).Build()).AsScanEntry()
+		if err != nil {
+			return found, err
+		}
+		cmds := make(rueidis.Commands, 0, 3*len(e.Elements))
+		for _, key := range e.Elements {
+			cmds = append(cmds, c.B().Get().Key(key).Build(), c.B().Pttl().Key(key).Build(), c.B().Get().Key(key+":fence").Build())
+		}
+		res := c.DoMulti(ctx, cmds...)
+		for j, key := range e.Elements {
+			value, err := res[3*j].ToString()
+			if rueidis.IsRedisNil(err) {
+				continue // expired since SCAN saw it
+			}
+			if err != nil {
+				return found, err
+			}
+			ms, err := res[3*j+1].AsInt64()
+			if err != nil {
+				return found, err
+			}
+			k := foundKey{resource: key[len(open) : len(key)-1], value: value, ttl: time.Duration(ms) * time.Millisecond}
+			if f, err := res[3*j+2].ToString(); err == nil {
+				k.fence, _ = strconv.ParseUint(f, 10, 64)
+			}
+			found = append(found, k)
+		}
+		if cursor = e.Cursor; cursor == 0 {
+			return found, nil
+		}
+	}
+}
+
+// escapeGlob quotes the characters that are special in a Redis glob.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
