@@ -11,6 +11,8 @@ import (
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redlease/redlease/lease"
 	"github.com/redlease/redlease/node"
@@ -149,6 +151,14 @@ type Config struct {
 	// running. Default: a system of the engine's own, silent unless Logger
 	// is set.
 	ActorSystem *actor.ActorSystem
+	// MeterProvider makes the engine's metrics (the README lists them;
+	// their names are a contract). Default: otel.GetMeterProvider(), a
+	// no-op until the application sets one.
+	MeterProvider metric.MeterProvider
+	// TracerProvider makes a span per Acquire, TryAcquire, Extend and
+	// Release call, child of the caller's context. Default:
+	// otel.GetTracerProvider(), a no-op until the application sets one.
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults returns c with its zero fields set to the defaults.

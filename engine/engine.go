@@ -28,6 +28,7 @@ type Engine struct {
 	nodes     []*node.Node
 	pids      []*actor.PID
 	leases    *lease.Pool
+	tel       *telemetry
 
 	hub         *actor.PID // event fan-out to subscribers
 	subscribers atomic.Int32
@@ -64,6 +65,7 @@ func New(cfg Config) (*Engine, error) {
 		e.system = actors.NewSystem(cfg.Logger)
 		e.ownSystem = true
 	}
+	e.tel = newTelemetry(e)
 	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors)
 	h := &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
 	e.hub = e.system.Root.Spawn(actors.Props(func() actor.Actor { return h }, e.dispatch))
@@ -72,11 +74,12 @@ func New(cfg Config) (*Engine, error) {
 			Index: i, Addr: addr, Conn: conns[i],
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger, Dispatcher: e.dispatch,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
-			First: infos[i],
+			First: infos[i], Meter: e.tel.forNode(addr),
 		})
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)
 	}
+	e.tel.observe(e)
 	return e, nil
 }
 
@@ -206,21 +209,35 @@ func (e *Engine) TryAcquire(ctx context.Context, resource string, opts ...Option
 }
 
 func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opts []Option) (*Lease, error) {
+	start := time.Now()
+	name := "redlease.Acquire"
+	if attempts == 1 {
+		name = "redlease.TryAcquire"
+	}
+	spanCtx, span := e.tel.start(ctx, name)
+	l, rounds, err := e.acquireLease(ctx, resource, attempts, opts)
+	e.tel.acquired(spanCtx, span, attempts == 1, start, rounds, resource, l, err)
+	return l, err
+}
+
+// acquireLease is Acquire, or TryAcquire with one attempt; it also says
+// how many rounds ran.
+func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int, opts []Option) (*Lease, int, error) {
 	if e.closed.Load() {
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	o, err := e.options(opts)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if resource == "" {
-		return nil, errors.New("redlease: resource must not be empty")
+		return nil, 0, errors.New("redlease: resource must not be empty")
 	}
 	if len(resource) > MaxResourceLen {
-		return nil, fmt.Errorf("redlease: resource is %d bytes long, at most %d", len(resource), MaxResourceLen)
+		return nil, 0, fmt.Errorf("redlease: resource is %d bytes long, at most %d", len(resource), MaxResourceLen)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
+		return nil, 0, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
 	}
 	key := e.cfg.KeyPrefix + "{" + resource + "}"
 	cfg := lease.Config{
@@ -244,7 +261,7 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	e.mu.Lock()
 	if e.closed.Load() {
 		e.mu.Unlock()
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	// Started under the lock so Close sees every lease, and before its
 	// owner's Done can run.
@@ -258,9 +275,9 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 	r := awaitResult(reply, st)
 	stop()
 	if r.Err != nil {
-		return nil, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
+		return nil, r.Attempts, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
 	}
-	return &Lease{e: e, pid: pid, state: st, resource: resource, value: cfg.Value}, nil
+	return &Lease{e: e, pid: pid, state: st, resource: resource, value: cfg.Value}, r.Attempts, nil
 }
 
 // awaitResult waits for the lease actor's one answer; the actor always
@@ -324,9 +341,18 @@ func (e *Engine) Stats() Stats {
 // leaseOwner is the engine as its lease actors see it (lease.Owner).
 type leaseOwner Engine
 
-func (o *leaseOwner) Publish(ev Event) { (*Engine)(o).publish(ev) }
+func (o *leaseOwner) Publish(ev Event) {
+	o.tel.published(ev)
+	(*Engine)(o).publish(ev)
+}
 
 func (o *leaseOwner) Dropped() { o.dropped.Add(1) }
+
+func (o *leaseOwner) ExtendLate(late time.Duration) {
+	o.tel.extendLateness.Record(context.Background(), late.Seconds())
+}
+
+func (o *leaseOwner) Ended(held time.Duration, err error) { o.tel.ended(held, err) }
 
 // Done forgets a lease its actor is done with.
 func (o *leaseOwner) Done(st *lease.State) {
@@ -362,6 +388,7 @@ func (e *Engine) Close() error {
 	}
 	e.leases.Close()
 	_ = e.system.Root.PoisonFuture(e.hub).Wait() // after the leases' last events
+	e.tel.close()
 	for _, n := range e.nodes {
 		n.Stop()
 	}

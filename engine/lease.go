@@ -64,6 +64,13 @@ func (l *Lease) Err() error { return l.state.Err() }
 // nil when a quorum confirmed, a *ReleaseError when not, and the lease's
 // Err when it had already ended.
 func (l *Lease) Release(ctx context.Context) error {
+	_, span := l.e.tel.start(ctx, "redlease.Release")
+	err := l.release(ctx)
+	l.e.tel.call(span, l, err)
+	return err
+}
+
+func (l *Lease) release(ctx context.Context) error {
 	reply := make(chan lease.ReleaseResult, 1)
 	r, err := ask(ctx, l, &lease.Release{State: l.state, Reply: reply}, reply)
 	switch {
@@ -114,12 +121,14 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 // found it lost. It waits at most Config.NodeTimeout, or until ctx ends
 // (the round goes on).
 func (l *Lease) Extend(ctx context.Context) error {
+	_, span := l.e.tel.start(ctx, "redlease.Extend")
 	reply := make(chan lease.ExtendResult, 1)
 	r, err := ask(ctx, l, &lease.Extend{State: l.state, Reply: reply}, reply)
-	if err != nil {
-		return err
+	if err == nil {
+		err = r.Err
 	}
-	return r.Err
+	l.e.tel.call(span, l, err)
+	return err
 }
 
 // Events returns the lease's event channel: Acquired first, then Extended

@@ -55,6 +55,12 @@ type Owner interface {
 	Publish(Event)
 	// Dropped: a non-terminal event did not fit in the lease's channel.
 	Dropped()
+	// ExtendLate: an automatic extension round started late after its
+	// plan (the alarm fired late, or the actor was busy).
+	ExtendLate(late time.Duration)
+	// Ended: a held lease ended with err, its Err, held after the start
+	// of its winning round.
+	Ended(held time.Duration, err error)
 	// Done is called once the actor is done with the lease: it ended or
 	// failed, and every vote it was owed is in (or the linger bound
 	// passed). State.Stopped is closed just before.
@@ -276,7 +282,8 @@ func (a *leaseActor) clearAlarm() {
 // (the timer fired as it was reset), or of a lease the actor ran before,
 // finds it not due, or not set, and does nothing.
 func (a *leaseActor) onAlarm() {
-	if a.alarmAt.IsZero() || time.Now().Before(a.alarmAt) {
+	due := a.alarmAt
+	if due.IsZero() || time.Now().Before(due) {
 		return
 	}
 	a.alarmAt = time.Time{}
@@ -289,6 +296,9 @@ func (a *leaseActor) onAlarm() {
 		a.startRound()
 	case held:
 		a.startExtend()
+		if a.cfg.Owner != nil {
+			a.cfg.Owner.ExtendLate(a.start.Sub(due))
+		}
 	case failing, releasing, ended:
 		a.owed = 0 // waited long enough for the votes owed
 	}
@@ -575,6 +585,9 @@ func (a *leaseActor) wrapUp(err error) {
 	kind := terminalKind(err)
 	a.emit(kind, err)
 	close(a.state.events)
+	if a.cfg.Owner != nil {
+		a.cfg.Owner.Ended(time.Since(a.acquired), err)
+	}
 	for _, w := range a.waiters {
 		w <- ExtendResult{Err: err}
 	}

@@ -37,6 +37,15 @@ type Config struct {
 	Quarantine     time.Duration // how long a node that lost its data refuses acquires; < 0: never
 	HealthInterval time.Duration // between probes while up (a fifth of it while down)
 	First          *Info         // Conn's first probe; nil when the node was unreachable
+
+	Meter Meter // told of each batch's round trip; nil for none
+}
+
+// Meter is told of each batch a node actor put on the wire: its round
+// trip and how many commands it carried. It is called from the actor's
+// sender goroutine and must not block.
+type Meter interface {
+	RoundTrip(rtt time.Duration, commands int)
 }
 
 // Node is a running node actor. Send it *Acquire, *Fence, *Extend and *Release.
@@ -360,12 +369,16 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	for i := range batch {
 		cmds = append(cmds, batch[i].build(client, false, a.cfg.EpochKey, j.epoch, &a.ttl))
 	}
+	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)
 	if err := results[0].Error(); errors.Is(err, errUnchecked) {
 		return err
 	}
 	a.stats.batches.Add(1)
 	a.stats.commands.Add(uint64(len(batch)))
+	if a.cfg.Meter != nil {
+		a.cfg.Meter.RoundTrip(time.Since(start), len(cmds))
+	}
 	if skip > 0 {
 		n, _ := results[0].AsInt64()
 		done.marked = n == 1
