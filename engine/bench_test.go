@@ -1,11 +1,16 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // BenchmarkAcquireRelease measures uncontended acquire+release cycles on 5
@@ -31,12 +36,29 @@ import (
 //
 // Votes (recycled), actor spawns (pooled), timers (an alarm and a deadline
 // timer per actor, made once) and mailbox schedules (actors.NewMailbox) allocate nothing.
+// Nor does telemetry with the default no-op providers (see telemetry.go);
+// the otel=sdk cases measure its cost with the SDK recording everything.
 func BenchmarkAcquireRelease(b *testing.B) {
-	for _, bc := range []struct{ nodes, workers int }{{5, 1}, {5, 16}, {5, 128}, {5, 512}, {1, 1}, {1, 128}, {1, 512}} {
+	for _, bc := range []struct {
+		nodes, workers int
+		sdk            bool // the OpenTelemetry SDK records every metric and span
+	}{{5, 1, false}, {5, 16, false}, {5, 128, false}, {5, 512, false}, {1, 1, false}, {1, 128, false}, {1, 512, false}, {5, 128, true}, {1, 128, true}} {
 		nodes, workers := bc.nodes, bc.workers
-		b.Run(fmt.Sprintf("nodes=%d/workers=%d", nodes, workers), func(b *testing.B) {
+		name := fmt.Sprintf("nodes=%d/workers=%d", nodes, workers)
+		if bc.sdk {
+			name += "/otel=sdk"
+		}
+		b.Run(name, func(b *testing.B) {
 			c := startNodes(b, nodes)
-			e, err := New(Config{Nodes: c.Addrs(), NodeTimeout: time.Second})
+			cfg := Config{Nodes: c.Addrs(), NodeTimeout: time.Second}
+			if bc.sdk {
+				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewNoopExporter()))
+				defer mp.Shutdown(context.Background())
+				defer tp.Shutdown(context.Background())
+				cfg.MeterProvider, cfg.TracerProvider = mp, tp
+			}
+			e, err := New(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -164,7 +164,7 @@ func (t *telemetry) observe(e *Engine) {
 	dropped, err := m.Int64ObservableCounter("redlease.events.dropped", metric.WithUnit("{event}"),
 		metric.WithDescription("Events a full lease or subscription channel did not take."))
 	check(err)
-	state, err := m.Int64ObservableGauge("redlease.node.state", metric.WithUnit("1"),
+	state, err := m.Int64ObservableGauge("redlease.node.state",
 		metric.WithDescription("1 while a node serves, 0 while it is down or quarantined; attribute state says which."))
 	check(err)
 	restarts, err := m.Int64ObservableCounter("redlease.node.restarts", metric.WithUnit("{restart}"),
