@@ -27,5 +27,11 @@
 // stop answering are not waited on, and nothing is logged unless
 // Config.Logger is set.
 //
+// Metrics and spans go to OpenTelemetry (Config.MeterProvider and
+// TracerProvider, the global providers by default; telemetry.go lists the
+// instruments). For operators, InspectNodes tells how an engine would
+// judge each node now, InspectLocks lists the lock keys, and MarkNew
+// marks new nodes; the redlease command (cmd/redlease) runs them.
+//
 // All methods of Engine and Lease are safe for concurrent use.
 package engine
