@@ -215,29 +215,29 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 		name = "redlease.TryAcquire"
 	}
 	spanCtx, span := e.tel.start(ctx, name)
-	l, rounds, err := e.acquireLease(ctx, resource, attempts, opts)
-	e.tel.acquired(spanCtx, span, attempts == 1, start, rounds, resource, l, err)
+	l, r, err := e.acquireLease(ctx, resource, attempts, opts, span.IsRecording())
+	e.tel.acquired(spanCtx, span, attempts == 1, start, r, resource, l, err)
 	return l, err
 }
 
-// acquireLease is Acquire, or TryAcquire with one attempt; it also says
-// how many rounds ran.
-func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int, opts []Option) (*Lease, int, error) {
+// acquireLease is Acquire, or TryAcquire with one attempt; it also returns
+// the lease actor's Result, with the winning round's votes if asked.
+func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int, opts []Option, winningVotes bool) (*Lease, lease.Result, error) {
 	if e.closed.Load() {
-		return nil, 0, ErrClosed
+		return nil, lease.Result{}, ErrClosed
 	}
 	o, err := e.options(opts)
 	if err != nil {
-		return nil, 0, err
+		return nil, lease.Result{}, err
 	}
 	if resource == "" {
-		return nil, 0, errors.New("redlease: resource must not be empty")
+		return nil, lease.Result{}, errors.New("redlease: resource must not be empty")
 	}
 	if len(resource) > MaxResourceLen {
-		return nil, 0, fmt.Errorf("redlease: resource is %d bytes long, at most %d", len(resource), MaxResourceLen)
+		return nil, lease.Result{}, fmt.Errorf("redlease: resource is %d bytes long, at most %d", len(resource), MaxResourceLen)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
 	}
 	key := e.cfg.KeyPrefix + "{" + resource + "}"
 	cfg := lease.Config{
@@ -256,12 +256,12 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		cfg.FenceKey = key + ":fence" // same hash tag as the lock key
 	}
 	reply := make(chan lease.Result, 1)
-	cfg.Reply = reply
+	cfg.Reply, cfg.WinningVotes = reply, winningVotes
 
 	e.mu.Lock()
 	if e.closed.Load() {
 		e.mu.Unlock()
-		return nil, 0, ErrClosed
+		return nil, lease.Result{}, ErrClosed
 	}
 	// Started under the lock so Close sees every lease, and before its
 	// owner's Done can run.
@@ -275,9 +275,9 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	r := awaitResult(reply, st)
 	stop()
 	if r.Err != nil {
-		return nil, r.Attempts, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
+		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
 	}
-	return &Lease{e: e, pid: pid, state: st, resource: resource, value: cfg.Value}, r.Attempts, nil
+	return &Lease{e: e, pid: pid, state: st, resource: resource, value: cfg.Value}, r, nil
 }
 
 // awaitResult waits for the lease actor's one answer; the actor always

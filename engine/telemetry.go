@@ -11,6 +11,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
 )
 
 // instrumentationName names the engine's meter and tracer: the module path.
@@ -216,8 +219,9 @@ func (t *telemetry) close() {
 }
 
 // acquired records an Acquire or TryAcquire call that started at start
-// and ran rounds rounds, and ends its span.
-func (t *telemetry) acquired(ctx context.Context, span trace.Span, try bool, start time.Time, rounds int, resource string, l *Lease, err error) {
+// and got r from its lease actor, and ends its span.
+func (t *telemetry) acquired(ctx context.Context, span trace.Span, try bool, start time.Time, r lease.Result, resource string, l *Lease, err error) {
+	rounds := r.Attempts
 	mode := modeAcquire
 	if try {
 		mode = modeTry
@@ -232,6 +236,7 @@ func (t *telemetry) acquired(ctx context.Context, span trace.Span, try bool, sta
 			attribute.String("redlease.outcome", acquireOutcomes[outcome]))
 		if l != nil {
 			span.SetAttributes(attribute.Int64("redlease.token", int64(l.Token())), attribute.String("redlease.until", l.Until().Format(time.RFC3339Nano)))
+			nodeEvents(span, answered(r.Votes, l.e.cfg.Nodes))
 		}
 		var ae *AcquireError
 		if errors.As(err, &ae) {
@@ -285,6 +290,19 @@ func nodeEvents(span trace.Span, nodes []NodeOutcome) {
 		}
 		span.AddEvent("redlease.node", trace.WithAttributes(attrs...))
 	}
+}
+
+// answered names the votes that are in, by node: a round is won at
+// quorum, and the rest had not answered yet.
+func answered(votes []node.Vote, addrs []string) []NodeOutcome {
+	out := lease.Outcomes(votes, addrs)
+	kept := out[:0]
+	for i, n := range out {
+		if i < len(votes) && votes[i].Outcome != 0 {
+			kept = append(kept, n)
+		}
+	}
+	return kept
 }
 
 func endSpan(span trace.Span, err error) {

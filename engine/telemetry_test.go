@@ -229,6 +229,26 @@ func TestTelemetry(t *testing.T) {
 			t.Errorf("%d %s spans, want %d", got, name, want)
 		}
 	}
+	won := 0
+	for _, s := range byName["redlease.Acquire"] {
+		attrs := attribute.NewSet(s.Attributes...)
+		if !has(attrs, []attribute.KeyValue{attribute.String("redlease.resource", "a"), attribute.String("redlease.outcome", "acquired")}) {
+			continue
+		}
+		won++
+		granted := 0
+		for _, ev := range s.Events {
+			if has(attribute.NewSet(ev.Attributes...), []attribute.KeyValue{attribute.String("outcome", "granted")}) {
+				granted++
+			}
+		}
+		if granted < 2 || s.Status.Code == codes.Error {
+			t.Errorf("acquired span: %d granted node events, status %v; want a quorum's answers, no error", granted, s.Status)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d acquired spans for a, want 1", won)
+	}
 	if s := byName["redlease.TryAcquire"]; len(s) == 1 {
 		if s[0].Status.Code != codes.Error || len(s[0].Events) < 3 {
 			t.Errorf("refused TryAcquire span: status %v, %d events; want an error and each node's answer", s[0].Status, len(s[0].Events))

@@ -44,7 +44,10 @@ type Config struct {
 
 	Addrs []string      // the nodes' addresses, in Nodes order, for errors
 	Reply chan<- Result // buffered 1; receives exactly one Result
-	Owner Owner         // nil: nobody is told
+	// WinningVotes: the Result of a lease held carries its winning round's
+	// votes too (a copy: for tracing, off by default).
+	WinningVotes bool
+	Owner        Owner // nil: nobody is told
 }
 
 // Owner is told what a lease actor does that concerns more than its
@@ -435,7 +438,11 @@ func (a *leaseActor) hold() {
 	a.state.token = a.token
 	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL), a.atDeadline(nil))
 	a.armDeadline()
-	a.reply(Result{Attempts: a.attempts})
+	r := Result{Attempts: a.attempts}
+	if a.cfg.WinningVotes {
+		r.Votes = slices.Clone(a.votes)
+	}
+	a.reply(r)
 	a.emit(Acquired, nil)
 	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
 	if a.info {

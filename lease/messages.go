@@ -21,9 +21,12 @@ var (
 // Result answers the acquirer, once. On success Err is nil and the State
 // holds the validity deadline.
 type Result struct {
-	Err      error       // nil: held; otherwise why not: refused, too slow, a context error, a close
-	Attempts int         // rounds tried
-	Votes    []node.Vote // failure only: the last acquire round, by node; a zero Outcome means no answer
+	Err      error // nil: held; otherwise why not: refused, too slow, a context error, a close
+	Attempts int   // rounds tried
+	// Votes is, by node, the last acquire round's on failure, and the
+	// winning round's on success with Config.WinningVotes; a zero Outcome
+	// means no answer (yet: a round is won at quorum).
+	Votes []node.Vote
 }
 
 // ReleaseResult answers a Release, as soon as a quorum confirmed or all
