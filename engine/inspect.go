@@ -212,6 +212,9 @@ func scanLocks(ctx context.Context, cfg *Config, addr, pattern string) ([]foundK
 			if err != nil {
 				return found, err
 			}
+			if ms == -2 {
+				continue // expired since GET
+			}
 			k := foundKey{resource: key[len(open) : len(key)-1], value: value, ttl: time.Duration(ms) * time.Millisecond}
 			if f, err := res[3*j+2].ToString(); err == nil {
 				k.fence, _ = strconv.ParseUint(f, 10, 64)
