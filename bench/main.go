@@ -90,7 +90,9 @@ Workloads:
                redlease's default schedule) plus release.
                Also reports hand-offs, changes of holder: their count, and
                their latency from a holder's call to Release to the next
-               holder's (another worker's) acquire returning.
+               holder's (another worker's) acquire returning; and fairness,
+               the fewest acquisitions of a worker over the mean (1: fair,
+               0: a worker starved).
   degraded     uncontended with 1 node dead, on the largest node count (at
                least 3), at 1 and 128 workers unless -workers says otherwise:
                shows what a dead minority costs next to the healthy

@@ -107,34 +107,44 @@ func (a *admin) flushAll(ctx context.Context) error {
 	return engine.MarkNew(ctx, engine.Config{Nodes: live})
 }
 
-// serverCPU sums used_cpu_sys and used_cpu_user from INFO cpu over the
-// live nodes.
-func (a *admin) serverCPU(ctx context.Context) (time.Duration, error) {
-	var total float64
+// server reads, over the live nodes, the CPU they used (used_cpu_sys and
+// used_cpu_user from INFO cpu) and the commands they ran
+// (total_commands_processed from INFO stats), in one INFO per node.
+func (a *admin) server(ctx context.Context, s *snapshot) error {
+	var cpu float64
 	for i, c := range a.clients {
 		if a.dead[i] {
 			continue
 		}
-		info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
+		info, err := c.Do(ctx, c.B().Info().Section("cpu", "stats").Build()).ToString()
 		if err != nil {
-			return 0, fmt.Errorf("INFO cpu on %s: %w", a.addrs[i], err)
+			return fmt.Errorf("INFO on %s: %w", a.addrs[i], err)
 		}
-		for _, k := range [...]string{"used_cpu_sys", "used_cpu_user"} {
+		for _, k := range [...]string{"used_cpu_sys", "used_cpu_user", "total_commands_processed"} {
 			v, ok := redisinfo.Field(info, k)
-			s, err := strconv.ParseFloat(v, 64)
+			f, err := strconv.ParseFloat(v, 64)
 			if !ok || err != nil {
-				return 0, fmt.Errorf("INFO cpu on %s: %s: %q", a.addrs[i], k, v)
+				return fmt.Errorf("INFO on %s: %s: %q", a.addrs[i], k, v)
 			}
-			total += s
+			if k == "total_commands_processed" {
+				s.commands += int64(f)
+			} else {
+				cpu += f
+			}
 		}
 	}
-	return time.Duration(total * float64(time.Second)), nil
+	s.server = time.Duration(cpu * float64(time.Second))
+	return nil
 }
 
 // snapshot is the counters read before and after a measured run.
 type snapshot struct {
 	client, server time.Duration
 	writes         int64 // -1 when /proc/self/io is unreadable
+	// commands the live nodes ran; the INFO that reads them is not
+	// counted in its own reading, so a run's difference counts one INFO
+	// per node, the one of the snapshot before it.
+	commands int64
 }
 
 // take reads the counters. The admin INFO calls write to sockets too, so
@@ -142,8 +152,7 @@ type snapshot struct {
 // on the way out (see takeAfter): they never count toward the run.
 func take(ctx context.Context, a *admin) (snapshot, error) {
 	var s snapshot
-	var err error
-	if s.server, err = a.serverCPU(ctx); err != nil {
+	if err := a.server(ctx, &s); err != nil {
 		return s, err
 	}
 	return s, s.own()
@@ -154,9 +163,7 @@ func takeAfter(ctx context.Context, a *admin) (snapshot, error) {
 	if err := s.own(); err != nil {
 		return s, err
 	}
-	var err error
-	s.server, err = a.serverCPU(ctx)
-	return s, err
+	return s, a.server(ctx, &s)
 }
 
 func (s *snapshot) own() error {

@@ -40,6 +40,9 @@ type Result struct {
 
 	ClientCPU float64 `json:"client_cpu_us_per_cycle"` // getrusage, whole process
 	ServerCPU float64 `json:"server_cpu_us_per_cycle"` // INFO cpu, all live nodes
+	// NodeCommands is the commands the live nodes ran per cycle (INFO
+	// stats), retries, cleanups and health probes included.
+	NodeCommands float64 `json:"node_commands_per_cycle"`
 	// WriteSyscalls is from /proc/self/io; -1 where that is unreadable.
 	WriteSyscalls float64 `json:"write_syscalls_per_cycle"`
 
@@ -49,6 +52,9 @@ type Result struct {
 	HandoffP50 *float64 `json:"handoff_p50_us,omitempty"`
 	HandoffP99 *float64 `json:"handoff_p99_us,omitempty"`
 	Handoffs   *int     `json:"handoffs,omitempty"`
+	// Fairness (contended only): the fewest acquisitions of a worker over
+	// the mean; 1 is perfectly fair, 0 is a worker starved.
+	Fairness *float64 `json:"fairness,omitempty"`
 
 	// Held runs only (see heldHelp). The lost-lag fields need the loss
 	// phase, which runs only on nodes the bench started itself.
@@ -92,8 +98,26 @@ func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, bef
 		p50, p99 := quantile(h, 0.50), quantile(h, 0.99)
 		n := len(h)
 		res.HandoffP50, res.HandoffP99, res.Handoffs = &p50, &p99, &n
+		f := fairness(stats)
+		res.Fairness = &f
 	}
 	return res
+}
+
+// fairness is the fewest acquisitions of a worker over the mean.
+func fairness(stats []workerStats) float64 {
+	if len(stats) == 0 {
+		return 0
+	}
+	least, total := len(stats[0].acquire), 0
+	for i := range stats {
+		least = min(least, len(stats[i].acquire))
+		total += len(stats[i].acquire)
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(least) / (float64(total) / float64(len(stats)))
 }
 
 // costs sets the per-cycle CPU and write syscalls from the counters.
@@ -106,6 +130,7 @@ func (res *Result) costs(before, after snapshot, progressWrites int64) {
 	}
 	res.ClientCPU = perCycle(float64(after.client-before.client) / float64(time.Microsecond))
 	res.ServerCPU = perCycle(float64(after.server-before.server) / float64(time.Microsecond))
+	res.NodeCommands = perCycle(float64(after.commands - before.commands))
 	res.WriteSyscalls = -1
 	if before.writes >= 0 && after.writes >= 0 {
 		// The progress line's own writes to stderr are not the client's.
@@ -165,18 +190,22 @@ func printTable(w io.Writer, results []Result) {
 }
 
 func printCompareTable(w io.Writer, results []Result) {
-	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %8s %8s\n"
-	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %8s %8s\n"
-	fmt.Fprintln(w, "latencies in µs; CPU in µs per acquire+release cycle; writes = write syscalls per cycle (this process)")
+	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %7s %8s %8s %5s\n"
+	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %7.1f %8s %8s %5s\n"
+	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process) and cmds (commands the nodes ran) per acquire+release cycle;")
+	fmt.Fprintln(w, "contended: hand = hand-off from one holder's Release to another's acquire returning; fair = fewest acquisitions of a worker / mean")
 	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
-		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "hand p50", "hand p99")
+		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "cmds", "hand p50", "hand p99", "fair")
 	for _, r := range results {
-		h50, h99 := "-", "-"
+		h50, h99, fair := "-", "-", "-"
 		if r.HandoffP50 != nil && r.Handoffs != nil && *r.Handoffs > 0 {
 			h50, h99 = fmt.Sprintf("%.0f", *r.HandoffP50), fmt.Sprintf("%.0f", *r.HandoffP99)
 		}
+		if r.Fairness != nil {
+			fair = fmt.Sprintf("%.2f", *r.Fairness)
+		}
 		fmt.Fprintf(w, rowFmt, clientLabel(r.Client), r.Workload, r.Nodes, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
-			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, h50, h99)
+			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, r.NodeCommands, h50, h99, fair)
 	}
 	if slices.ContainsFunc(results, func(r Result) bool { return singleNode[r.Client] }) {
 		fmt.Fprintln(w, singleNodeNote)
