@@ -192,7 +192,7 @@ func printTable(w io.Writer, results []Result) {
 func printCompareTable(w io.Writer, results []Result) {
 	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %7s %8s %8s %5s\n"
 	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %7.1f %8s %8s %5s\n"
-	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process) and cmds (commands the nodes ran) per acquire+release cycle;")
+	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process) and cmds (commands the nodes ran, a script's calls included) per acquire+release cycle;")
 	fmt.Fprintln(w, "contended: hand = hand-off from one holder's Release to another's acquire returning; fair = fewest acquisitions of a worker / mean")
 	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
 		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "cmds", "hand p50", "hand p99", "fair")
