@@ -3,10 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -312,4 +321,84 @@ func TestAuth(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTLS: with -ca-file the commands reach a node over TLS and verify its
+// certificate; with -tls alone an unknown CA is refused, and without -tls
+// the TLS port does not answer.
+func TestTLS(t *testing.T) {
+	c := redisproc.Start(t, 1)
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeTestCerts(t, dir)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	ctx := context.Background()
+	for _, kv := range [][2]string{{"tls-cert-file", certFile}, {"tls-key-file", keyFile}, {"tls-ca-cert-file", caFile},
+		{"tls-auth-clients", "no"}, {"tls-port", port}} {
+		if _, err := c.Nodes[0].Do(ctx, "CONFIG", "SET", kv[0], kv[1]); err != nil {
+			t.Fatalf("CONFIG SET %s: %v", kv[0], err)
+		}
+	}
+	addr := "127.0.0.1:" + port
+	for _, tc := range []struct {
+		flags       []string
+		state, want string // want: in the error
+	}{
+		{[]string{"-ca-file", caFile}, stateQuarantined, ""}, // reached; fresh, so not yet trusted
+		{[]string{"-tls"}, stateUnreachable, "certificate"},
+		{nil, stateUnreachable, ""},
+	} {
+		var got nodesJSON
+		cliJSON(t, &got, append([]string{"nodes", "-nodes", addr, "-timeout", "500ms"}, tc.flags...)...)
+		if len(got.Nodes) != 1 || got.Nodes[0].State != tc.state || !strings.Contains(got.Nodes[0].Error, tc.want) {
+			t.Errorf("nodes %v: %+v; want state %s, error with %q", tc.flags, got.Nodes, tc.state, tc.want)
+		}
+	}
+	var locks locksJSON
+	wantCode(t, "locks over TLS", cliJSON(t, &locks, "locks", "-nodes", addr, "-ca-file", caFile), exitOK)
+}
+
+// writeTestCerts writes a CA and a certificate for 127.0.0.1 signed by it,
+// PEM-encoded, into dir.
+func writeTestCerts(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	write := func(name, kind string, der []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	now := time.Now()
+	caKey, key := newKey(), newKey()
+	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redlease test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", leafDER), write("key.pem", "EC PRIVATE KEY", keyDER)
 }
