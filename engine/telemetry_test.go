@@ -169,6 +169,18 @@ func TestTelemetry(t *testing.T) {
 		return ok && up == 1
 	})
 
+	// A node restarted without its data is quarantined, and counted.
+	if err := c.Nodes[2].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := attribute.String("node", c.Addrs()[2])
+	waitFor(t, 5*time.Second, "the restarted node reads quarantined, one restart", func() bool {
+		r := read(t, reader)
+		q, ok := r.value("redlease.node.state", restarted, attribute.String("state", "quarantined"))
+		n, _ := r.value("redlease.node.restarts", restarted)
+		return ok && q == 0 && n == 1
+	})
+
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
