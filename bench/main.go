@@ -84,10 +84,12 @@ Workloads:
                TryAcquire, redsync TryLock, rueidislock TryWithContext,
                redislock Obtain without retries) plus release; a failed
                acquire is an error, never retried.
-  contended    W workers on R resources (worker w on resource w mod R); a cycle
-               is an acquire with the client's own retries (redlease Acquire,
-               redsync Lock, rueidislock WithContext, raw and redislock:
-               redlease's default schedule) plus release.
+  contended    W workers on R resources (worker w on resource w mod R, through
+               client instance w mod -instances: engines apart, as services
+               run one per process); a cycle is an acquire with the client's
+               own retries (redlease Acquire, redsync Lock, rueidislock
+               WithContext, raw and redislock: redlease's default schedule)
+               plus release.
                Also reports hand-offs, changes of holder: their count, and
                their latency from a holder's call to Release to the next
                holder's (another worker's) acquire returning; and fairness,
@@ -179,6 +181,7 @@ func mainCode() int {
 	resources := fs.Int("resources", 0, "resources per run for every workload (default 1000 for uncontended and degraded, 4 for contended)")
 	workloadFlag := fs.String("workload", strings.Join(defaultWorkloads, ","), "comma-separated workloads: "+strings.Join(workloadNames, ", ")+" (held: redlease only;\ndegraded: not with -nodes; held and degraded run on the largest node count only)")
 	leasesFlag := fs.Int("leases", 10000, "leases held at once in the held workload")
+	instances := fs.Int("instances", defaultInstances, "client instances (engines, for redlease) a contended run spreads its workers over,\nworker w on instance w mod N, as services run one per process")
 	clientsFlag := fs.String("clients", strings.Join(clientNames, ","), "comma-separated clients")
 	jsonPath := fs.String("json", "", "write the results to `FILE` as a JSON array")
 	plotPath := fs.String("plot", "", "write an SVG plot to `FILE` (.svg): per workload a row with cycles/s and\nacquire p99 against workers, one line per client")
@@ -255,7 +258,15 @@ func mainCode() int {
 		}
 		fmt.Fprintf(os.Stderr, "bench: note: the single-Redis locks (%s) run only %s\n", strings.Join(single, ", "), where)
 	}
+	if *instances < 1 {
+		return usageError(fs, fmt.Errorf("-instances must be at least 1, got %d", *instances))
+	}
 	plan := makePlan(workloads, clients, workers, *resources, *leasesFlag, counts)
+	for i := range plan {
+		if plan[i].workload == contended {
+			plan[i].instances = *instances
+		}
+	}
 	if len(plan) == 0 {
 		return usageError(fs, errors.New("nothing to run: the single-node clients run only at -n 1"))
 	}
@@ -393,14 +404,26 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	if err := b.admin.flushAll(ctx); err != nil {
 		return Result{}, err
 	}
-	lk, err := newLocker(r.client, b.addrs)
-	if err != nil {
-		return Result{}, err
+	lks := make([]locker, max(r.instances, 1))
+	for i := range lks {
+		if lks[i], err = newLocker(r.client, b.addrs); err != nil {
+			for _, lk := range lks[:i] {
+				lk.close()
+			}
+			return Result{}, err
+		}
 	}
-	closeLocker := sync.OnceFunc(lk.close)
+	closeLocker := sync.OnceFunc(func() {
+		for _, lk := range lks {
+			lk.close()
+		}
+	})
 	defer closeLocker()
 
 	label := fmt.Sprintf("[%d/%d] %s %s nodes=%d workers=%d", i+1, len(b.plan), r.client, r.workload, r.nodes, r.workers)
+	if len(lks) > 1 {
+		label += fmt.Sprintf(" instances=%d", len(lks))
+	}
 	dead := 0
 	if r.workload == degraded {
 		defer func() {
@@ -418,7 +441,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 
 	b.progress.begin(label)
 	b.progress.status("warming up; suite " + fmtLeft(b.left(i)))
-	warm, warmElapsed := drive(ctx, lk, r, b.warmup, 64)
+	warm, warmElapsed := drive(ctx, lks, r, b.warmup, 64)
 	if ctx.Err() != nil {
 		return Result{}, ctx.Err()
 	}
@@ -441,7 +464,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	writes := b.progress.tick(ctx, time.Now().Add(b.duration), func(runLeft time.Duration) string {
 		return fmtLeft(runLeft) + "; suite " + fmtLeft(runLeft+b.left(i+1))
 	})
-	stats, elapsed := drive(ctx, lk, r, b.duration, perWorker)
+	stats, elapsed := drive(ctx, lks, r, b.duration, perWorker)
 	progressWrites := writes()
 	after, err := takeAfter(ctx, b.admin)
 	if err != nil {
@@ -457,7 +480,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	// only on a degraded run; say so either way on a degraded run, and
 	// otherwise only when something is off (a node left quarantined by a
 	// missed re-seed, say).
-	if h := engineHealth(lk); h != "" && (dead > 0 || h != "engine: all nodes up") {
+	if h := engineHealth(lks[0]); h != "" && (dead > 0 || h != "engine: all nodes up") {
 		summary += "; " + h
 	}
 	b.progress.end(summary)

@@ -19,8 +19,11 @@ type Result struct {
 	Nodes    int    `json:"nodes"`    // Redis masters the client is configured with
 	// DeadNodes is how many of them were dead during the run (degraded:
 	// 1); omitted when none.
-	DeadNodes int     `json:"dead_nodes,omitempty"`
-	Workers   int     `json:"workers"`    // concurrent goroutines
+	DeadNodes int `json:"dead_nodes,omitempty"`
+	Workers   int `json:"workers"` // concurrent goroutines
+	// Instances is how many client instances (engines) the workers
+	// spread over; omitted when one.
+	Instances int     `json:"instances,omitempty"`
 	Resources int     `json:"resources"`  // distinct lock names
 	DurationS float64 `json:"duration_s"` // measured wall time
 
@@ -85,6 +88,9 @@ func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, bef
 		DurationS: elapsed.Seconds(), Cycles: len(acq), CyclesPerS: float64(len(acq)) / elapsed.Seconds(),
 		AcquireP50: quantile(acq, 0.50), AcquireP99: quantile(acq, 0.99), AcquireP999: quantile(acq, 0.999),
 		ReleaseP50: quantile(rel, 0.50), ReleaseP99: quantile(rel, 0.99),
+	}
+	if r.instances > 1 {
+		res.Instances = r.instances
 	}
 	for i := range stats {
 		if res.Errors == 0 && stats[i].firstErr != nil {
@@ -193,7 +199,8 @@ func printCompareTable(w io.Writer, results []Result) {
 	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %7s %8s %8s %5s\n"
 	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %7.1f %8s %8s %5s\n"
 	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process) and cmds (commands the nodes ran, a script's calls included) per acquire+release cycle;")
-	fmt.Fprintln(w, "contended: hand = hand-off from one holder's Release to another's acquire returning; fair = fewest acquisitions of a worker / mean")
+	fmt.Fprintln(w, "contended (workers spread over -instances client instances): hand = hand-off from one holder's Release to another's acquire returning;")
+	fmt.Fprintln(w, "fair = fewest acquisitions of a worker / mean")
 	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
 		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "cmds", "hand p50", "hand p99", "fair")
 	for _, r := range results {

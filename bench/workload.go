@@ -39,7 +39,13 @@ type run struct {
 	nodes     int // the first nodes of the suite's
 	workers   int
 	resources int
+	instances int // client instances the workers spread over (contended; else 1)
 }
+
+// defaultInstances: a contended run spreads its workers over this many
+// client instances, so that fairness between engines shows, not only
+// between the goroutines of one.
+const defaultInstances = 3
 
 // workerStats is what one worker records. Each worker owns its own, so the
 // loop shares nothing but the client under test; the slices are
@@ -50,12 +56,12 @@ type workerStats struct {
 	firstErr                  error
 }
 
-// drive runs r's workload on lk for d, or until ctx ends, and returns each
+// drive runs r's workload on lks for d (worker w on lks[w mod len]), or until ctx ends, and returns each
 // worker's stats and the wall time until the last worker stopped. An
 // uncontended cycle started before the end runs to completion and counts;
 // a contended acquire cut short by the end is not counted, as a cycle or
 // as an error. perWorker sizes each worker's latency slices.
-func drive(ctx context.Context, lk locker, r run, d time.Duration, perWorker int) ([]workerStats, time.Duration) {
+func drive(ctx context.Context, lks []locker, r run, d time.Duration, perWorker int) ([]workerStats, time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	// The client's name in the key keeps runs of different clients apart
@@ -81,7 +87,7 @@ func drive(ctx context.Context, lk locker, r run, d time.Duration, perWorker int
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := range r.workers {
-		st := &stats[w]
+		st, lk := &stats[w], lks[w%len(lks)]
 		if r.workload == contended {
 			wg.Go(func() { contendedWorker(ctx, lk, names, w, st, released, base) })
 		} else { // uncontended and degraded
