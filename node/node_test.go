@@ -148,6 +148,38 @@ func TestTTL(t *testing.T) {
 	}
 }
 
+// Leases of different TTLs in one batch each get their own: the node
+// actor keeps the text of the last TTL it formatted (millis), which must
+// never carry over to a command of another TTL.
+func TestMixedTTLsInOneBatch(t *testing.T) {
+	h := newHarness(t, 5*time.Second)
+	ttls := []time.Duration{5 * time.Second, time.Minute, time.Minute, 5 * time.Second}
+	const n = 400
+	for i := range n {
+		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req(fmt.Sprintf("m%d", i), "me", uint64(i)), TTL: ttls[i%len(ttls)]})
+	}
+	for range n {
+		select {
+		case v := <-h.votes:
+			if v.Outcome != Granted {
+				t.Fatalf("vote %+v", v)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("votes missing")
+		}
+	}
+	if b := h.node.Stats().Batches; b*4 > n {
+		t.Fatalf("%d commands in %d batches: the test needs them to share batches", n, b)
+	}
+	for i := range n {
+		want := ttls[i%len(ttls)]
+		pttl, err := h.server.PTTL(t.Context(), fmt.Sprintf("m%d", i))
+		if err != nil || pttl > want || pttl < want-2*time.Second {
+			t.Fatalf("key m%d: PTTL %v (%v), want just under its own TTL %v", i, pttl, err, want)
+		}
+	}
+}
+
 // Commands that queue while a batch is on the wire share the next round
 // trip, and each still gets its own vote.
 func TestConcurrentCommandsShareRoundTrips(t *testing.T) {
