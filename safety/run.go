@@ -510,18 +510,26 @@ var workerRetry = engine.WithRetry(func() backoff.BackOff {
 // hold takes a lease on a random resource and acts as its holder: it
 // works a little, writes to the fenced store with its token and releases.
 // One in twenty is a long holder: auto-extended for up to 3 TTLs, it works
-// for 1 to 2 and may be lost meanwhile. With faults on, one in 30 pauses
-// past its validity before writing, as a holder stopped by GC or a frozen
-// VM would. It returns Acquire's error.
+// for 1 to 2 and may be lost meanwhile. Half of the others take a lease
+// of half the TTL, so that leases of two TTLs share the nodes' batches,
+// and one in ten holds for its whole validity: a key that expires before
+// its lease's Until (a node that sent one lease's TTL for another's, say)
+// lets a second holder in while the first still holds. With faults on,
+// one in 30 pauses past its validity before writing, as a holder stopped
+// by GC or a frozen VM would. It returns Acquire's error.
 func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand.Rand) error {
 	resource := fmt.Sprintf("res-%d", rng.IntN(r.cfg.Resources))
 	long := rng.IntN(20) == 0
 	opts := []engine.Option{engine.WithFencing(), workerRetry}
 	work := time.Duration(rng.IntN(3000)) * time.Microsecond
-	if long {
+	switch {
+	case long:
 		opts = append(opts, engine.WithAutoExtend(3*r.cfg.TTL))
 		work = r.cfg.TTL + time.Duration(rng.Int64N(int64(r.cfg.TTL)))
+	case rng.IntN(2) == 0:
+		opts = append(opts, engine.WithTTL(r.cfg.TTL/2))
 	}
+	whole := !long && rng.IntN(10) == 0
 	down := r.nodesDown.Load() > 0
 	start := time.Now()
 	l, err := e.Acquire(ctx, resource, opts...)
@@ -532,6 +540,9 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 	r.latency(acquired.Sub(start), down)
 	h := r.rec.Held(resource, name, l.Value(), acquired, l.Until(), l.Token())
 	closed := doneAt(l)
+	if whole {
+		work = time.Until(l.Until()) // Done closes first, a margin before
+	}
 
 	if r.cfg.Faults && !long && rng.IntN(30) == 0 {
 		r.pauses.Add(1)
