@@ -85,7 +85,6 @@ type telemetry struct {
 	acquireAttrs [len(acquireModes)][len(acquireOutcomes)][]metric.RecordOption
 	endAttrs     [len(leaseEnds)][]metric.RecordOption
 	extendAttrs  [len(extendOutcomes)][]metric.AddOption
-	none         []metric.AddOption
 }
 
 // newTelemetry makes e's instruments from the providers of e.cfg, or the
@@ -316,7 +315,7 @@ func endSpan(span trace.Span, err error) {
 func (t *telemetry) published(ev Event) {
 	switch ev.Kind {
 	case Acquired:
-		t.leaseActive.Add(context.Background(), 1, t.none...)
+		t.leaseActive.Add(context.Background(), 1)
 	case Extended:
 		t.extendCount.Add(context.Background(), 1, t.extendAttrs[extendOK]...)
 	case ExtendFailed:
@@ -335,7 +334,7 @@ func (t *telemetry) ended(held time.Duration, err error) {
 	case errors.Is(err, ErrExpired):
 		end = endExpired
 	}
-	t.leaseActive.Add(context.Background(), -1, t.none...)
+	t.leaseActive.Add(context.Background(), -1)
 	t.leaseDuration.Record(context.Background(), held.Seconds(), t.endAttrs[end]...)
 }
 
