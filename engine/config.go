@@ -286,6 +286,13 @@ func checkAddr(addr string) error {
 	return nil
 }
 
+// lockKey is resource's lock key: <KeyPrefix>{<resource>}, the braces a
+// hash tag that keeps its fence key in the same slot.
+func (c *Config) lockKey(resource string) string { return c.KeyPrefix + "{" + resource + "}" }
+
+// fenceKey is the fence counter's key beside lockKey (no TTL).
+func fenceKey(lockKey string) string { return lockKey + ":fence" }
+
 // epochKey holds, on every node, the epoch marker: the run id of the
 // process that kept its data since redlease last checked it. It cannot
 // collide with a lock key, which holds braces.

@@ -239,7 +239,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if err := ctx.Err(); err != nil {
 		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
 	}
-	key := e.cfg.KeyPrefix + "{" + resource + "}"
+	key := e.cfg.lockKey(resource)
 	cfg := lease.Config{
 		Resource: resource, Key: key, Value: newValue(),
 		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
@@ -253,7 +253,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		cfg.Deadline = dl
 	}
 	if o.fencing {
-		cfg.FenceKey = key + ":fence" // same hash tag as the lock key
+		cfg.FenceKey = fenceKey(key)
 	}
 	reply := make(chan lease.Result, 1)
 	cfg.Reply, cfg.WinningVotes = reply, winningVotes

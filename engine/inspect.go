@@ -186,7 +186,7 @@ func scanLocks(ctx context.Context, cfg *Config, addr, pattern string) ([]foundK
 		return nil, err
 	}
 	defer c.Close()
-	open := cfg.KeyPrefix + "{"
+	open := strings.TrimSuffix(cfg.lockKey(""), "}") // the lock keys' common start
 	match := escapeGlob(open) + pattern + "}"
 	var found []foundKey
 	var cursor uint64
@@ -197,7 +197,7 @@ func scanLocks(ctx context.Context, cfg *Config, addr, pattern string) ([]foundK
 		}
 		cmds := make(rueidis.Commands, 0, 3*len(e.Elements))
 		for _, key := range e.Elements {
-			cmds = append(cmds, c.B().Get().Key(key).Build(), c.B().Pttl().Key(key).Build(), c.B().Get().Key(key+":fence").Build())
+			cmds = append(cmds, c.B().Get().Key(key).Build(), c.B().Pttl().Key(key).Build(), c.B().Get().Key(fenceKey(key)).Build())
 		}
 		res := c.DoMulti(ctx, cmds...)
 		for j, key := range e.Elements {
