@@ -151,16 +151,20 @@ func probeAll(ctx context.Context, cfg *Config) ([]*node.Conn, []*node.Info, []e
 // a lock key that a lease still relies on (a new deployment, or nodes an
 // operator has emptied on purpose). It writes each node's epoch marker for
 // its running process, so that engines use the node at once instead of
-// sitting out a restart quarantine of up to MaxTTL from its start. Never
-// call it for a node that may have lost keys of leases still held (one
-// restarted without persistence or from a snapshot while leases were held):
-// that is exactly what the quarantine protects against.
+// sitting out a restart quarantine of up to MaxTTL from its start.
 //
-// MarkNew marks every node it reaches and returns an error naming each one
-// it could not. It uses cfg's Nodes, KeyPrefix, Client and ConnectTimeout.
+// A node that lost the keys of leases still held (restarted without
+// persistence, or from a snapshot) is exactly what the quarantine protects
+// against, and looks as empty as a new one. So MarkNew marks nothing when
+// CheckNew says why not. Otherwise it marks every node it reaches and
+// returns an error naming each one it could not. It uses cfg's Nodes,
+// KeyPrefix, Client and ConnectTimeout.
 func MarkNew(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
+		return err
+	}
+	if err := checkNew(ctx, &cfg); err != nil {
 		return err
 	}
 	conns, infos, errs := probeAll(ctx, &cfg)
@@ -178,6 +182,29 @@ func MarkNew(ctx context.Context, cfg Config) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("redlease: mark new nodes: %w", err)
+	}
+	return nil
+}
+
+// CheckNew says why MarkNew would mark nothing now: an error matching
+// ErrLiveLocks when a node of cfg holds a lock key (leases may be live,
+// and any node may have lost their keys), or naming a node whose keys
+// could not be listed; nil when it would go ahead.
+func CheckNew(ctx context.Context, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	return checkNew(ctx, &cfg)
+}
+
+func checkNew(ctx context.Context, cfg *Config) error {
+	locks, err := InspectLocks(ctx, *cfg, "*")
+	if err != nil {
+		return errtext.Errorf("redlease: mark new nodes: nothing marked: %w", err)
+	}
+	if len(locks) > 0 {
+		return errtext.Errorf("redlease: mark new nodes: nothing marked: %w (%d resources, %q first)", ErrLiveLocks, len(locks), locks[0].Resource)
 	}
 	return nil
 }

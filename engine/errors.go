@@ -32,6 +32,10 @@ var (
 	// ErrClosed: the engine is closed. Leases it held end with an error
 	// matching both ErrReleased and ErrClosed.
 	ErrClosed = errors.New("redlease: engine closed")
+	// ErrLiveLocks: MarkNew marked nothing, as a node holds a lock key, so
+	// leases may be live, and a node without their keys may have lost
+	// them.
+	ErrLiveLocks = errors.New("redlease: a node holds lock keys: leases may be live")
 )
 
 // Outcome is one node's answer in a round.

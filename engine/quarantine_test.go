@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // A fresh node (restarted empty, not marked) sits out its quarantine while
@@ -79,5 +81,53 @@ func TestAcquireWaitsOutQuarantine(t *testing.T) {
 	}
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// MarkNew marks nothing while a node holds a lock key (a node restarted
+// empty looks new, but the leases whose keys it lost may be live), nor
+// when a node's keys cannot be listed; on empty nodes it marks each with
+// its own process's run id.
+func TestMarkNewRefusesLiveLocks(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	ctx := t.Context()
+	cfg := Config{Nodes: c.Addrs()}
+	epochs := func() (marked int) { // on nodes 1 and 2, which stay up
+		for _, n := range c.Nodes[:2] {
+			if _, ok, err := n.Get(ctx, DefaultKeyPrefix+"epoch"); err != nil {
+				t.Fatal(err)
+			} else if ok {
+				marked++
+			}
+		}
+		return marked
+	}
+	if err := c.Nodes[1].Set(ctx, lockKey("r"), "someone", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckNew(ctx, cfg); !errors.Is(err, ErrLiveLocks) {
+		t.Fatalf("CheckNew with a lock key on node 2: %v, want ErrLiveLocks", err)
+	}
+	if err := MarkNew(ctx, cfg); !errors.Is(err, ErrLiveLocks) || epochs() != 0 {
+		t.Fatalf("MarkNew with a lock key on node 2: %v, %d nodes marked; want ErrLiveLocks and none", err, epochs())
+	}
+	if _, err := c.Nodes[1].Do(ctx, "DEL", lockKey("r")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nodes[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := MarkNew(ctx, cfg); err == nil || errors.Is(err, ErrLiveLocks) || epochs() != 0 {
+		t.Fatalf("MarkNew with node 3 dead: %v, %d nodes marked; want an error naming it and none", err, epochs())
+	}
+	live := Config{Nodes: c.Addrs()[:2]}
+	if err := MarkNew(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range c.Nodes[:2] {
+		epoch, _, _ := n.Get(ctx, DefaultKeyPrefix+"epoch")
+		if runID, _ := n.RunID(ctx); epoch != runID {
+			t.Errorf("node %d: epoch marker %q, want its run id %s", i+1, epoch, runID)
+		}
 	}
 }
