@@ -247,7 +247,7 @@ func TestMarkNew(t *testing.T) {
 		t.Errorf("mark-new with a lock key: %+v; want all three refused", got)
 	}
 	for _, r := range got.Refused {
-		if !strings.Contains(r.Why, engine.ErrLiveLocks.Error()) {
+		if !strings.Contains(r.Why, strings.TrimPrefix(engine.ErrLiveLocks.Error(), "redlease: ")) {
 			t.Errorf("mark-new with a lock key refused %s for %q, want the live locks", r.Node, r.Why)
 		}
 	}
