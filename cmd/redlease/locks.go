@@ -34,12 +34,7 @@ type keyJSON struct {
 	TTLMillis int64  `json:"ttl_ms"`
 }
 
-func runLocks(ctx context.Context, o *options, args []string, s ios) int {
-	cfg, err := o.config()
-	if err != nil {
-		fmt.Fprintf(s.err, "redlease locks: %v\n", err)
-		return exitUsage
-	}
+func runLocks(ctx context.Context, o *options, cfg engine.Config, args []string, s ios) int {
 	pattern := "*"
 	if len(args) == 1 {
 		pattern = args[0]

@@ -47,7 +47,7 @@ const (
 // A command of the CLI.
 type command struct {
 	name, args, summary string
-	run                 func(ctx context.Context, o *options, args []string, io ios) int
+	run                 func(ctx context.Context, o *options, cfg engine.Config, args []string, io ios) int
 }
 
 var commands = []command{
@@ -83,7 +83,12 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 			fmt.Fprintf(errOut, "redlease %s: %v\n", c.name, err)
 			return exitUsage
 		}
-		return c.run(ctx, o, rest, streams)
+		cfg, err := o.config()
+		if err != nil {
+			fmt.Fprintf(errOut, "redlease %s: %v\n", c.name, err)
+			return exitUsage
+		}
+		return c.run(ctx, o, cfg, rest, streams)
 	}
 	fmt.Fprintf(errOut, "redlease: unknown command %q\n\n", args[0])
 	usage(errOut)

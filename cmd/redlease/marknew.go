@@ -25,12 +25,7 @@ type refusedJSON struct {
 // when engine.CheckNew finds no lock key on any node of -nodes (see
 // engine.MarkNew for why). Nodes it refuses wait out their quarantine, or
 // an operator empties the deployment first.
-func runMarkNew(ctx context.Context, o *options, _ []string, s ios) int {
-	cfg, err := o.config()
-	if err != nil {
-		fmt.Fprintf(s.err, "redlease mark-new: %v\n", err)
-		return exitUsage
-	}
+func runMarkNew(ctx context.Context, o *options, cfg engine.Config, _ []string, s ios) int {
 	nodes, err := engine.InspectNodes(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(s.err, "redlease mark-new: %v\n", err)

@@ -48,12 +48,7 @@ type nodeJSON struct {
 	RTTMillis             float64    `json:"rtt_ms"`
 }
 
-func runNodes(ctx context.Context, o *options, _ []string, s ios) int {
-	cfg, err := o.config()
-	if err != nil {
-		fmt.Fprintf(s.err, "redlease nodes: %v\n", err)
-		return exitUsage
-	}
+func runNodes(ctx context.Context, o *options, cfg engine.Config, _ []string, s ios) int {
 	reports, err := engine.InspectNodes(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(s.err, "redlease nodes: %v\n", err)
