@@ -63,6 +63,9 @@ func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine
 	t.Helper()
 	ctx := t.Context()
 	cfg := engine.Config{Nodes: c.Addrs(), TTL: 3 * time.Second, RestartQuarantine: quarantine, HealthInterval: 50 * time.Millisecond}
+	// Last, once both engines closed and released every lease: leave the
+	// nodes marked, as they were (MarkNew refuses while lock keys remain).
+	defer seedEpoch(t, c)
 	a, err := engine.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -113,6 +116,5 @@ func restartScenario(t *testing.T, c *redisproc.Cluster, name string, quarantine
 			}
 		}
 	}
-	seedEpoch(t, c) // leave the nodes as they were
 	return overlaps
 }
