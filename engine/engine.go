@@ -28,6 +28,7 @@ type Engine struct {
 	nodes     []*node.Node
 	pids      []*actor.PID
 	leases    *lease.Pool
+	lines     *lines // Acquire's callers by resource, first come first served
 	tel       *telemetry
 
 	hub         *actor.PID // event fan-out to subscribers
@@ -37,6 +38,7 @@ type Engine struct {
 	// closed: Close was called. Set under mu, so a check under mu orders
 	// against Close; read without it as a fast first check.
 	closed  atomic.Bool
+	closing chan struct{} // closed with closed: callers waiting in a line give up
 	mu      sync.Mutex
 	live    map[*lease.State]*actor.PID // lease actors not yet stopped
 	nextSub uint64
@@ -60,12 +62,14 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, system: cfg.ActorSystem, live: make(map[*lease.State]*actor.PID), dispatch: actors.NewDispatcher()}
+	e := &Engine{cfg: cfg, system: cfg.ActorSystem, live: make(map[*lease.State]*actor.PID), dispatch: actors.NewDispatcher(),
+		closing: make(chan struct{})}
 	if e.system == nil {
 		e.system = actors.NewSystem(cfg.Logger)
 		e.ownSystem = true
 	}
 	e.tel = newTelemetry(e)
+	e.lines = newLines(e)
 	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors)
 	h := &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
 	e.hub = e.system.Root.Spawn(actors.Props(func() actor.Actor { return h }, e.dispatch))
@@ -213,8 +217,21 @@ func checkNew(ctx context.Context, cfg *Config) error {
 // node carries it. Any bytes are allowed, braces and binary included.
 const MaxResourceLen = 8 << 10
 
-// Acquire takes the lease on resource, retrying with randomized backoff
-// until it is held, ctx ends, or Config.RetryAttempts rounds failed. When
+// Acquire takes the lease on resource, waiting until it is held, ctx
+// ends, or Config.RetryAttempts rounds failed.
+//
+// Callers of Acquire for one resource on one engine queue first come,
+// first served, and only the first runs rounds on the nodes; the next
+// starts when its lease ends (or its acquire fails), and a caller whose
+// ctx ends leaves the queue at once. When a round finds another owner
+// holding the resource on a quorum, Acquire does not poll: it waits for
+// that owner's release, which every node announces (and which wakes the
+// waiters of every engine at once, so that engines race fairly), or for
+// the owner's keys to expire, as the refusing nodes said they would. These
+// rounds do not count against RetryAttempts: ctx bounds the wait. Other
+// failed rounds (a split vote, nodes down) are retried with randomized
+// backoff, and when no node can announce releases (a server that denies
+// SUBSCRIBE), the backoff bounds the wait for one too. When
 // only nodes in restart quarantine kept a round from a quorum, the next
 // round waits until enough of them are back (one attempt per wait, not a
 // burst of doomed ones), or fails at once if that is after ctx's deadline.
@@ -230,7 +247,7 @@ func (e *Engine) Acquire(ctx context.Context, resource string, opts ...Option) (
 }
 
 // TryAcquire is Acquire with a single round: it fails at once when the
-// resource is held elsewhere.
+// resource is held elsewhere. It does not queue behind Acquire's callers.
 func (e *Engine) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
 	return e.acquire(ctx, resource, 1, opts)
 }
@@ -284,10 +301,25 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	reply := make(chan lease.Result, 1)
 	cfg.Reply, cfg.WinningVotes = reply, winningVotes
+	cfg.Channel = key + releasedSuffix
+
+	var t *turn
+	if attempts > 1 {
+		t = e.lines.join(resource, key)
+		if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
+			return nil, lease.Result{}, err
+		} else if err != nil {
+			return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
+		}
+		cfg.Line, cfg.WaitFirst = t, t.waitFirst
+	}
 
 	e.mu.Lock()
 	if e.closed.Load() {
 		e.mu.Unlock()
+		if t != nil {
+			t.Done(false)
+		}
 		return nil, lease.Result{}, ErrClosed
 	}
 	// Started under the lock so Close sees every lease, and before its
@@ -295,6 +327,9 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	pid, st := e.leases.Start(cfg)
 	e.live[st] = pid
 	e.mu.Unlock()
+	if t != nil {
+		t.started(st, pid)
+	}
 
 	stop := context.AfterFunc(ctx, func() {
 		e.system.Root.Send(pid, &lease.Cancel{State: st, Cause: contextError(ctx)})
@@ -303,6 +338,9 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	stop()
 	if r.Err != nil {
 		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
+	}
+	if t != nil {
+		t.holds()
 	}
 	return &Lease{e: e, pid: pid, state: st, resource: resource, value: cfg.Value}, r, nil
 }
@@ -337,7 +375,12 @@ func contextError(ctx context.Context) error {
 type Stats struct {
 	Leases        int    // lease actors running: acquiring, held, or finishing a release or a cleanup
 	EventsDropped uint64 // events a full lease or subscription channel did not take
-	Nodes         []NodeStats
+	// Waiters counts, by resource, the Acquire calls not yet answered:
+	// queued behind a local caller, or running rounds and waiting for the
+	// holder's release. Resources nobody waits for are absent.
+	Waiters map[string]int
+	Wakeups Wakeups // rounds that waiting Acquire calls started, by cause
+	Nodes   []NodeStats
 }
 
 // NodeStats counts one node's traffic and tells its health.
@@ -357,6 +400,7 @@ func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	s := Stats{Leases: len(e.live), EventsDropped: e.dropped.Load()}
 	e.mu.Unlock()
+	e.lines.stats(&s)
 	for i, n := range e.nodes {
 		ns := n.Stats()
 		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands, RoundTrips: ns.Batches,
@@ -401,6 +445,7 @@ func (e *Engine) Close() error {
 		return ErrClosed
 	}
 	e.closed.Store(true)
+	close(e.closing)
 	live := make(map[*lease.State]*actor.PID, len(e.live))
 	for st, pid := range e.live {
 		live[st] = pid
@@ -414,6 +459,7 @@ func (e *Engine) Close() error {
 		<-st.Stopped()
 	}
 	e.leases.Close()
+	e.lines.close()
 	_ = e.system.Root.PoisonFuture(e.hub).Wait() // after the leases' last events
 	e.tel.close()
 	for _, n := range e.nodes {

@@ -17,11 +17,16 @@ const (
 	Lost                              // the lease ended before its time: another owner, or no extension by Until
 	Released                          // the holder (or Close) released it
 	Expired                           // it reached Until without being meant to go on
+
+	// Waiting and Woken are about an acquisition, not a lease: they go to
+	// the engine's subscribers only, never on a lease's channel.
+	Waiting // an Acquire waits: behind a local caller, or for another owner's release (Until: when its keys expire, if known)
+	Woken   // an Acquire that waited starts a round (Wake says why)
 )
 
 var kindNames = [...]string{
 	Acquired: "Acquired", Extended: "Extended", ExtendFailed: "ExtendFailed",
-	Lost: "Lost", Released: "Released", Expired: "Expired",
+	Lost: "Lost", Released: "Released", Expired: "Expired", Waiting: "Waiting", Woken: "Woken",
 }
 
 func (k EventKind) String() string {
@@ -32,7 +37,7 @@ func (k EventKind) String() string {
 }
 
 // Terminal reports whether k ends the lease.
-func (k EventKind) Terminal() bool { return k >= Lost }
+func (k EventKind) Terminal() bool { return k >= Lost && k <= Expired }
 
 // Event is one step in a lease's life.
 type Event struct {
@@ -41,6 +46,7 @@ type Event struct {
 	Token    uint64    // fencing token; 0 without fencing
 	Until    time.Time // validity deadline after this event
 	Err      error     // the cause, for ExtendFailed and the terminal kinds
+	Wake     WakeCause // for Woken: why
 }
 
 // emit delivers ev on the lease's own channel without ever blocking: the

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,12 +43,64 @@ type Config struct {
 	EventBuffer int    // capacity of the lease's event channel (≥ 2)
 	Logger      *slog.Logger
 
+	// Line, if set, lets the actor wait for its resource instead of
+	// polling: after a round that found one other owner holding a quorum,
+	// it waits for that owner's release (a *Wake) or its keys' expiry.
+	// Rounds it was woken for do not count against Attempts.
+	Line Line
+	// Channel is where this lease's releases are announced to waiters
+	// (node.Release.Channel); "" for none.
+	Channel string
+	// WaitFirst: begin by waiting, for a *Wake or at most NodeTimeout,
+	// before the first round (the engine's next local waiter, when others
+	// wait on the nodes too: all wake to the same announcement).
+	WaitFirst bool
+
 	Addrs []string      // the nodes' addresses, in Nodes order, for errors
 	Reply chan<- Result // buffered 1; receives exactly one Result
 	// WinningVotes: the Result of a lease held carries its winning round's
 	// votes too (a copy: for tracing, off by default).
 	WinningVotes bool
 	Owner        Owner // nil: nobody is told
+}
+
+// Line is a lease's place among the waiters for its resource, kept by the
+// engine, which sends the actor a *Wake when a release is announced. Its
+// methods run on the actor and must not block.
+type Line interface {
+	// Wait: the actor's last round found the resource held by one owner
+	// on a quorum (holder, as node.Digest names it), whose keys expire
+	// enough for a quorum at until (zero: unknown). The actor waits until
+	// then unless woken first. Wait reports whether a *Wake can come:
+	// when no node can announce releases, the actor also bounds its wait
+	// by its backoff.
+	Wait(holder string, until time.Time) (wakes bool)
+	// Woke: the actor starts a round, woken for cause.
+	Woke(cause WakeCause)
+	// Done: the lease needs its place no more: acquiring failed, or the
+	// held lease ended (released: by a release, which is announced). It
+	// may be called more than once.
+	Done(released bool)
+}
+
+// WakeCause says why a waiting lease actor started a round.
+type WakeCause uint8
+
+// The causes of wake-ups.
+const (
+	WakeRelease  WakeCause = iota + 1 // a release was announced
+	WakeExpiry                        // the keys in the way expired
+	WakeFallback                      // the backoff ran out first (no node could announce), or no announcement came
+	WakeRecheck                       // the announcements are now heard: one more look for a release they missed
+)
+
+var wakeNames = [...]string{WakeRelease: "release", WakeExpiry: "expiry", WakeFallback: "fallback", WakeRecheck: "recheck"}
+
+func (c WakeCause) String() string {
+	if c > 0 && int(c) < len(wakeNames) {
+		return wakeNames[c]
+	}
+	return fmt.Sprintf("WakeCause(%d)", uint8(c))
 }
 
 // Owner is told what a lease actor does that concerns more than its
@@ -77,8 +130,10 @@ type Owner interface {
 //	           -- refused, timeout, too slow -->   backingOff, or failing when out of attempts
 //	fencing    -- a quorum of the granting nodes -> held
 //	           -- refused, timeout, too slow -->   backingOff, or failing
-//	backingOff -- alarm -->                        acquiring
-//	acquiring, fencing, backingOff -- Cancel, Close --> failing
+//	           -- one other owner holds a quorum --> waiting (with a Line)
+//	backingOff -- alarm, Wake -->                  acquiring
+//	waiting    -- Wake, alarm (expiry, backoff) --> acquiring
+//	acquiring, fencing, backingOff, waiting -- Cancel, Close --> failing
 //	held       -- alarm (auto-extension), Extend --> extending
 //	extending  -- a quorum, in time -->            held (Extended)
 //	           -- refused, timeout, too slow -->   held (ExtendFailed)
@@ -97,6 +152,7 @@ const (
 	acquiring  phase = iota // an acquire round is out
 	fencing                 // won; writing the token back to the granting nodes
 	backingOff              // between acquire rounds
+	waiting                 // for the holder's release or its keys' expiry (Config.Line)
 	failing                 // gave up; the Result goes out once owed votes are in
 	held                    // the lease is held
 	extending               // held, with an extend round out
@@ -141,8 +197,13 @@ type perLease struct {
 	start       time.Time // start of the current acquire or extend round
 	tally       tally     // of the current acquire or extend round
 	owed        int       // votes not yet received
-	attempts    int
-	cause       error // why acquiring failed
+	attempts    int       // acquire rounds
+	charged     int       // of them, those that count against Config.Attempts
+	woken       WakeCause // a Wake came while a round was out
+	announced   string    // the holder whose release that Wake announced
+	waitingFor  string    // waiting: the holder in the way ("": any)
+	wakeAt      WakeCause // waiting: what the alarm means
+	cause       error     // why acquiring failed
 	failedVotes []node.Vote
 	replied     bool
 	release     chan<- ReleaseResult // releasing: the Release to answer
@@ -192,7 +253,12 @@ func (a *leaseActor) begin(m *begin) {
 	if len(a.votes) != len(a.cfg.Nodes) {
 		a.votes = make([]node.Vote, len(a.cfg.Nodes))
 	}
-	a.startRound()
+	if a.cfg.WaitFirst {
+		a.phase, a.wakeAt = waiting, WakeFallback
+		a.setAlarm(time.Now().Add(a.cfg.NodeTimeout))
+		return
+	}
+	a.startRound(0)
 }
 
 // current reports whether msg is about the lease the actor runs now, and
@@ -211,6 +277,8 @@ func (a *leaseActor) current(msg any) bool {
 	case *Cancel:
 		return m.State == a.state
 	case *Close:
+		return m.State == a.state
+	case *Wake:
 		return m.State == a.state
 	}
 	return true // wake checks the alarm, expire the state
@@ -240,6 +308,8 @@ func (a *leaseActor) handle(msg any) {
 		a.onAlarm()
 	case *expire:
 		a.onDeadline()
+	case *Wake:
+		a.onWake(m)
 	case *Extend:
 		a.onExtend(m)
 	case *Release:
@@ -296,7 +366,9 @@ func (a *leaseActor) onAlarm() {
 	case extending:
 		a.extendFailed(errRoundTimeout)
 	case backingOff:
-		a.startRound()
+		a.startRound(0)
+	case waiting:
+		a.startRound(a.wakeAt)
 	case held:
 		a.startExtend()
 		if a.cfg.Owner != nil {
@@ -319,8 +391,18 @@ func (a *leaseActor) stopped() {
 	}
 }
 
-func (a *leaseActor) startRound() {
+// startRound starts an acquire round, woken for cause (0: not woken, the
+// backoff's); rounds a release, an expiry or a recheck woke are not
+// charged against Attempts.
+func (a *leaseActor) startRound(cause WakeCause) {
 	a.attempts++
+	if cause == 0 || cause == WakeFallback {
+		a.charged++
+	}
+	if cause != 0 && a.cfg.Line != nil {
+		a.cfg.Line.Woke(cause)
+	}
+	a.woken = 0
 	a.start = time.Now()
 	a.startVote(acquiring, a.acquireCmd, nil)
 }
@@ -342,8 +424,20 @@ func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to 
 }
 
 // releaseAll sends release to every node, in a round of its own: a key of
-// the lease may be on any of them.
-func (a *leaseActor) releaseAll() { a.send(a.releaseCmd, nil) }
+// the lease may be on any of them. Deletions are announced to waiters.
+func (a *leaseActor) releaseAll() { a.send(a.announcedReleaseCmd, nil) }
+
+// cleanUp deletes a failed acquire round's keys on every node, as
+// releaseAll does: a grant may be on its way from any of them. The
+// deletions are announced unless another owner holds a quorum (then ours
+// were on a minority, and nobody waits for them).
+func (a *leaseActor) cleanUp(announce bool) {
+	if announce {
+		a.releaseAll()
+	} else {
+		a.send(a.releaseCmd, nil)
+	}
+}
 
 // send starts a new round: cmd to the nodes in to (all when nil), the same
 // message to each (node actors only read it).
@@ -374,6 +468,10 @@ func (a *leaseActor) extendCmd(r node.Request) node.Command {
 
 func (a *leaseActor) releaseCmd(r node.Request) node.Command {
 	return &node.Release{Request: r, TTL: a.cfg.TTL}
+}
+
+func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Channel: a.cfg.Channel}
 }
 
 func (a *leaseActor) vote(v *node.Vote) {
@@ -458,12 +556,17 @@ func (a *leaseActor) hold() {
 func (a *leaseActor) roundFailed(cause error) {
 	a.clearAlarm()
 	a.failedVotes = append(a.failedVotes[:0], a.votes...)
-	a.releaseAll() // all N: a grant may be on its way from any node
+	holder, free := heldBy(a.failedVotes)
+	a.cleanUp(holder == "")
+	if cause == nil && holder != "" && a.cfg.Line != nil && a.cfg.BackOff != nil {
+		a.wait(holder, free)
+		return
+	}
 	back := quarantineEnd(a.failedVotes)
 	if !back.IsZero() && cause == nil {
 		cause = errQuarantine
 	}
-	if a.attempts >= a.cfg.Attempts || a.cfg.BackOff == nil {
+	if a.charged >= a.cfg.Attempts || a.cfg.BackOff == nil {
 		a.giveUp(cause)
 		return
 	}
@@ -485,15 +588,106 @@ func (a *leaseActor) roundFailed(cause error) {
 	a.setAlarm(time.Now().Add(d))
 }
 
+// wait waits for holder, who holds a quorum, to release (a *Wake) or for
+// its keys to expire at free (zero: unknown). It wakes at once if a Wake
+// came while the round was out: the release may have come too late for
+// the round to see it. When no Wake can come, or nobody knows when the
+// keys expire, the backoff bounds the wait, and that wake-up is charged.
+func (a *leaseActor) wait(holder string, free time.Time) {
+	if a.woken == WakeRecheck || (a.woken == WakeRelease && a.announced == holder) {
+		a.startRound(a.woken)
+		return
+	}
+	a.waitingFor = holder
+	wakes := a.cfg.Line.Wait(holder, free)
+	at, why := free, WakeExpiry
+	if !wakes || at.IsZero() {
+		d := backoff.Stop
+		if a.charged < a.cfg.Attempts {
+			d = a.cfg.BackOff.NextBackOff()
+		}
+		switch {
+		case d == backoff.Stop && at.IsZero():
+			a.giveUp(nil)
+			return
+		case d != backoff.Stop && (at.IsZero() || time.Now().Add(d).Before(at)):
+			at, why = time.Now().Add(d), WakeFallback
+		}
+	}
+	a.phase, a.wakeAt = waiting, why
+	a.setAlarm(at)
+}
+
+// onWake starts a round at once when the actor backs off, or waits for
+// the holder whose release was announced (another owner's release does
+// not free that holder's quorum), and remembers it while a round is out.
+func (a *leaseActor) onWake(m *Wake) {
+	switch a.phase {
+	case waiting:
+		if m.Cause == WakeRelease && a.waitingFor != "" && m.Holder != a.waitingFor {
+			return
+		}
+		fallthrough
+	case backingOff:
+		a.clearAlarm()
+		a.startRound(m.Cause)
+	case acquiring, fencing:
+		a.woken, a.announced = m.Cause, m.Holder
+	}
+}
+
+// heldBy reads a failed round's votes: when one other owner holds the key
+// on a quorum, its digest and when enough of the keys in the way will have
+// expired for a quorum to be free (zero if a key in the way has no TTL);
+// "" when none does (a split vote, or nodes that failed).
+func heldBy(votes []node.Vote) (holder string, free time.Time) {
+	n, q := len(votes), Quorum(len(votes))
+	var untils [16]time.Time // 16 nodes at most without allocating
+	taken := untils[:0]
+	counts := 0
+	for _, v := range votes {
+		if v.Outcome != node.Taken || v.Holder == "" {
+			continue
+		}
+		if holder == "" {
+			holder = v.Holder
+		}
+		if v.Holder == holder {
+			counts++
+		}
+		taken = append(taken, v.Until)
+	}
+	if counts < q {
+		return "", time.Time{}
+	}
+	// Free once all but n-q of the keys in the way are gone; a key
+	// without a TTL (zero) never goes.
+	slices.SortFunc(taken, func(x, y time.Time) int {
+		switch {
+		case x.IsZero() || y.IsZero():
+			return cmp.Compare(btoi(x.IsZero()), btoi(y.IsZero()))
+		}
+		return x.Compare(y)
+	})
+	return holder, taken[len(taken)-(n-q)-1]
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // abort gives up acquiring because of cause (a context or the engine).
 func (a *leaseActor) abort(cause error) {
 	switch a.phase {
 	case acquiring, fencing:
 		a.clearAlarm()
 		a.failedVotes = append(a.failedVotes[:0], a.votes...)
-		a.releaseAll()
+		a.cleanUp(true)
 		a.giveUp(cause)
-	case backingOff:
+	case backingOff, waiting:
 		a.clearAlarm()
 		a.giveUp(cause)
 	}
@@ -595,6 +789,9 @@ func (a *leaseActor) wrapUp(err error) {
 	if a.cfg.Owner != nil {
 		a.cfg.Owner.Ended(time.Since(a.acquired), err)
 	}
+	if a.cfg.Line != nil {
+		a.cfg.Line.Done(kind == Released)
+	}
 	for _, w := range a.waiters {
 		w <- ExtendResult{Err: err}
 	}
@@ -658,6 +855,9 @@ func (a *leaseActor) maybeDone(ctx actor.Context) {
 // idle.
 func (a *leaseActor) done() {
 	st, owner := a.state, a.cfg.Owner
+	if a.cfg.Line != nil {
+		a.cfg.Line.Done(false) // a crash or a stop may have skipped it
+	}
 	close(st.stopped)
 	a.perLease = perLease{}
 	if owner != nil {
@@ -681,6 +881,9 @@ func (a *leaseActor) reply(r Result) {
 	if !a.replied {
 		a.replied = true
 		a.cfg.Reply <- r
+		if r.Err != nil && a.cfg.Line != nil {
+			a.cfg.Line.Done(false)
+		}
 	}
 }
 
@@ -704,7 +907,7 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	case held, extending:
 		a.releaseAll()
 		a.end(errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, err))
-	case acquiring, fencing, backingOff, failing:
+	case acquiring, fencing, backingOff, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {
 			a.releaseAll()

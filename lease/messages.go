@@ -69,6 +69,19 @@ type Cancel struct {
 	Cause error
 }
 
+// Wake tells an actor waiting for its resource (Config.Line) to start a
+// round now: a node announced a release (each node announces each one),
+// or announcements are heard now. A waiting actor only wakes for the
+// release of the holder it waits on; one that is in a round looks again
+// at once if the round finds that holder still in the way (the
+// announcements of its release were still on their way from other nodes).
+type Wake struct {
+	actors.Late
+	State  *State
+	Cause  WakeCause
+	Holder string // WakeRelease: the owner released, as node.Digest names it ("": unknown)
+}
+
 // Close tells the actor that the engine closes: release the held lease
 // and end it with Err, or give up acquiring with Abort. They differ: a
 // lease that was never held was not released.

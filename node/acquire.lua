@@ -2,7 +2,9 @@
 -- ARGV[2] TTL in milliseconds; ARGV[3] the epoch marker required (the run
 -- id of this server process), or '' for none.
 -- Grants (1) when the key was free or already held by this owner, so a retry
--- after a lost reply is idempotent; refuses (0) when another owner holds it;
+-- after a lost reply is idempotent; refuses when another owner holds it,
+-- with {0, the key's PTTL, SHA1 of the holder's value}, so that a waiter
+-- knows when the key expires and whether one owner holds a quorum;
 -- answers -1 without granting when the epoch marker is not the one
 -- required: the node lost its data (FLUSHALL, a restart) and must sit out
 -- until every lease it may have held has expired.
@@ -12,8 +14,9 @@ end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return 1
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
-return 0
+return {0, redis.call('PTTL', KEYS[1]), redis.sha1hex(holder)}

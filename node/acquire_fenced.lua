@@ -4,14 +4,16 @@
 -- As acquire.lua, and a grant also answers this node's fence counter:
 -- {1, counter}, where the counter is at least the node's clock in
 -- microseconds, so it does not start again at zero after the node lost
--- its data. Refusals answer 0 (taken) or -1 (epoch marker missing or not the one required).
+-- its data. Refusals answer {0, PTTL, SHA1 of the holder's value} (taken,
+-- as acquire.lua) or -1 (epoch marker missing or not the one required).
 if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then
   return -1
 end
 local granted = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 if not granted then
-  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-    return 0
+  local holder = redis.call('GET', KEYS[1])
+  if holder ~= ARGV[1] then
+    return {0, redis.call('PTTL', KEYS[1]), redis.sha1hex(holder)}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -56,6 +58,16 @@ type Extend struct {
 type Release struct {
 	Request
 	TTL time.Duration // the longest the key may live from now
+	// Channel, if set, is where a deletion is announced (PUBLISH, with
+	// Digest of Value), so that waiters for the key wake at once.
+	Channel string
+}
+
+// Digest names an owner value as a refused Acquire's Vote.Holder and a
+// release announcement do: its SHA1, in hex.
+func Digest(value string) string {
+	sum := sha1.Sum([]byte(value))
+	return hex.EncodeToString(sum[:])
 }
 
 // Outcome is a node's answer to one command.
@@ -98,8 +110,14 @@ type Vote struct {
 	Counter     uint64        // a fenced acquire's grant: the node's fence counter
 	// Until: for an acquire refused with ErrQuarantined, when the node's
 	// quarantine ends (for a restart the acquire itself found, an estimate
-	// until a probe tells when the node restarted).
+	// until a probe tells when the node restarted); for an acquire refused
+	// as Taken, when the holder's key expires on the node unless extended
+	// (zero: it has no TTL).
 	Until time.Time
+	// Holder: for an acquire refused as Taken, the holder's value as
+	// Digest gives it, so that a round can tell one owner holding a quorum
+	// from a split vote.
+	Holder string
 }
 
 // votes recycles Votes: ten go out per acquire and release on five

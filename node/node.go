@@ -140,6 +140,7 @@ type entry struct {
 	queued   time.Time
 	fenceKey string
 	token    uint64
+	channel  string // a release's announcement channel
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
 	silent bool
@@ -192,7 +193,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:
-		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL})
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, channel: m.Channel})
 	case *sent:
 		a.busy = false
 		a.stats.onWire.Store(0)
@@ -401,7 +402,7 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	now := time.Now()
 	for i, r := range results {
 		e := &batch[i]
-		n, counter, err := parseResult(r)
+		n, counter, holder, err := parseResult(r)
 		_, answered := rueidis.IsRedisErr(err)
 		switch {
 		case err != nil && answered: // an error reply: the node is up, the command did nothing
@@ -416,6 +417,12 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 		case n == epochMissing:
 			done.lostData = true
 			a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine))
+		case holder != "": // counter: the key's PTTL
+			v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder}
+			if pttl := int64(counter); pttl >= 0 {
+				v.Until = now.Add(time.Duration(pttl) * time.Millisecond)
+			}
+			a.answer(e, v)
 		default:
 			a.reply(e, Taken, now, nil)
 		}
@@ -452,26 +459,30 @@ func firstNoScript(results []rueidis.RedisResult) int {
 	return -1
 }
 
-// parseResult reads a script's answer: an integer, or for a fenced grant
-// {1, counter}.
-func parseResult(r rueidis.RedisResult) (n int64, counter uint64, err error) {
+// parseResult reads a script's answer: an integer, {1, counter} for a
+// fenced grant, or {0, PTTL, holder} for an acquire refused (counter then
+// carries the PTTL, which may be negative).
+func parseResult(r rueidis.RedisResult) (n int64, counter uint64, holder string, err error) {
 	msg, err := r.ToMessage()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	if !msg.IsArray() {
 		n, err = msg.AsInt64()
-		return n, 0, err
+		return n, 0, "", err
 	}
 	arr, _ := msg.ToArray()
-	if len(arr) != 2 {
-		return 0, 0, fmt.Errorf("redlease: script answered %d values, want 2", len(arr))
+	if len(arr) < 2 || len(arr) > 3 {
+		return 0, 0, "", fmt.Errorf("redlease: script answered %d values, want 2 or 3", len(arr))
 	}
 	if n, err = arr[0].AsInt64(); err != nil {
-		return 0, 0, err
+		return 0, 0, "", err
 	}
 	c, err := arr[1].AsInt64()
-	return n, uint64(c), err
+	if err == nil && len(arr) == 3 {
+		holder, err = arr[2].ToString()
+	}
+	return n, uint64(c), holder, err
 }
 
 func (a *nodeActor) replyCounter(e *entry, now time.Time, counter uint64) {

@@ -84,6 +84,9 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *
 	case opExtend:
 		args[1] = ttl.format(e.ttl)
 		na = 2
+	case opRelease:
+		args[1] = e.channel
+		na = 2
 	case opFence:
 		keys[1] = e.fenceKey
 		args[1] = strconv.FormatUint(e.token, 10)

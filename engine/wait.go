@@ -1,0 +1,307 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+
+	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
+)
+
+// WakeCause says why an Acquire that waited started a round: WakeRelease,
+// WakeExpiry, WakeFallback or WakeRecheck (Event.Wake, Stats.Wakeups).
+type WakeCause = lease.WakeCause
+
+// The causes of wake-ups.
+const (
+	WakeRelease  = lease.WakeRelease  // the holder's release was announced
+	WakeExpiry   = lease.WakeExpiry   // the holder's keys expired
+	WakeFallback = lease.WakeFallback // the backoff ran out first: no node could announce releases
+	WakeRecheck  = lease.WakeRecheck  // the announcements are heard now: one more look
+)
+
+// Waiting and Woken are events about an Acquire, on the engine's
+// subscriptions only.
+const (
+	Waiting = lease.Waiting
+	Woken   = lease.Woken
+)
+
+// Wakeups counts the rounds that waiting Acquire calls started, by cause.
+type Wakeups struct {
+	Release, Expiry, Fallback, Recheck uint64
+}
+
+// releasedSuffix makes a lock key's release channel: it keeps the key's
+// hash tag, as the design asks of every companion key.
+const releasedSuffix = ":released"
+
+// lines are the engine's waiters, by resource. The callers of Acquire for
+// one resource form a line, first come first served: only the first, the
+// head, runs rounds on the nodes; the others wait in the engine until the
+// head's lease ends or its acquire fails. A head refused by another owner
+// (another engine's lease) waits for that owner's release, which the
+// release script announces on the resource's channel on every node; a
+// watcher per node listens on the channels of the lines whose heads had to
+// wait, from the first such wait until the line empties. While the
+// resource is watched, a local release hands the turn on through the same
+// announcement that wakes the other engines' heads, so that they race
+// fairly instead of always losing to the local next in line.
+type lines struct {
+	e        *Engine
+	watchers []*node.Watcher
+	wakeups  [lease.WakeRecheck + 1]atomic.Uint64
+
+	mu    sync.Mutex
+	byKey map[string]*line
+}
+
+type line struct {
+	resource, key, channel string
+	turns                  []*turn // turns[0] is the head
+	// watch: the channel was asked of every watcher; acks: answers still
+	// to come of that first ask; on: watched now, by node.
+	watch bool
+	acks  int
+	on    []bool
+	// pending: an announcement came while the head had no actor to wake
+	// (between two heads).
+	pending bool
+}
+
+// turn is one Acquire call's place in its line; the head's lease actor
+// holds it as its lease.Line.
+type turn struct {
+	ls    *lines
+	line  *line
+	ready chan struct{} // closed when the turn becomes the head
+	// set when the turn becomes the head: wait for the announcement of
+	// the previous lease's release before the first round.
+	waitFirst bool
+	st        *lease.State // the head's lease actor, once started
+	pid       *actor.PID
+	held      bool
+	gone      bool
+}
+
+func newLines(e *Engine) *lines {
+	ls := &lines{e: e, byKey: make(map[string]*line)}
+	for i, addr := range e.cfg.Nodes {
+		ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, node.WatchHooks{
+			Released: ls.released,
+			Watched:  func(channel string, ok bool) { ls.watched(i, channel, ok) },
+			Lost:     func() { ls.lost(i) },
+		}))
+	}
+	return ls
+}
+
+// join puts a caller of Acquire in resource's line; it is the head at
+// once when the line was empty, else it waits for ready.
+func (ls *lines) join(resource, key string) *turn {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.byKey[key]
+	if l == nil {
+		l = &line{resource: resource, key: key, channel: key + releasedSuffix}
+		ls.byKey[key] = l
+	}
+	t := &turn{ls: ls, line: l}
+	if len(l.turns) > 0 {
+		t.ready = make(chan struct{})
+	}
+	l.turns = append(l.turns, t)
+	return t
+}
+
+// await waits for t to become the head; it leaves the line when ctx ends
+// or the engine closes first.
+func (t *turn) await(ctx context.Context, closing <-chan struct{}) error {
+	if t.ready == nil {
+		return nil
+	}
+	t.ls.e.publish(Event{Kind: Waiting, Resource: t.line.resource})
+	select {
+	case <-t.ready:
+		return nil
+	case <-ctx.Done():
+		t.Done(false)
+		return contextError(ctx)
+	case <-closing:
+		t.Done(false)
+		return ErrClosed
+	}
+}
+
+// started tells the line which lease actor runs the head's rounds, and
+// wakes it if it was to wait for an announcement that already came.
+func (t *turn) started(st *lease.State, pid *actor.PID) {
+	ls := t.ls
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	t.st, t.pid = st, pid
+	if t.waitFirst && t.line.pending {
+		t.line.pending = false
+		ls.wake(t, lease.WakeRelease, "")
+	}
+}
+
+// wake sends the head's actor a Wake, under ls.mu.
+func (ls *lines) wake(t *turn, cause lease.WakeCause, holder string) {
+	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder})
+}
+
+// Wait implements lease.Line: the head was refused by another owner. The
+// first time in a line, the watchers start listening on its channel; once
+// they all answered, the head looks again (WakeRecheck), since a release
+// announced before they listened would be missed.
+func (t *turn) Wait(holder string, until time.Time) bool {
+	ls, l := t.ls, t.line
+	ls.e.publish(Event{Kind: Waiting, Resource: l.resource, Until: until})
+	ls.mu.Lock()
+	first := !l.watch
+	if first {
+		l.watch, l.acks, l.on = true, len(ls.watchers), make([]bool, len(ls.watchers))
+	}
+	wakes := l.acks > 0 || slices.Contains(l.on, true)
+	ls.mu.Unlock()
+	if first {
+		if testHookBeforeWatch != nil {
+			testHookBeforeWatch()
+		}
+		for _, w := range ls.watchers {
+			w.Watch(l.channel)
+		}
+	}
+	return wakes
+}
+
+// testHookBeforeWatch, if set, runs when a line's watch starts, before
+// any watcher is asked.
+var testHookBeforeWatch func()
+
+// Woke implements lease.Line.
+func (t *turn) Woke(cause lease.WakeCause) {
+	t.ls.wakeups[cause].Add(1)
+	t.ls.e.publish(Event{Kind: Woken, Resource: t.line.resource, Wake: cause})
+}
+
+// Done implements lease.Line, and leaves the line for a caller whose
+// context ended first: the next in line becomes the head.
+func (t *turn) Done(released bool) {
+	ls, l := t.ls, t.line
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if t.gone {
+		return
+	}
+	t.gone = true
+	i := slices.Index(l.turns, t)
+	l.turns = slices.Delete(l.turns, i, i+1)
+	if len(l.turns) == 0 {
+		delete(ls.byKey, l.key)
+		if l.watch {
+			for _, w := range ls.watchers {
+				w.Unwatch(l.channel)
+			}
+		}
+		return
+	}
+	if i == 0 {
+		next := l.turns[0]
+		next.waitFirst = released && slices.Contains(l.on, true)
+		l.pending = false // what came before is about an earlier holder
+		close(next.ready)
+	}
+}
+
+// holds marks t's lease held, for Stats.
+func (t *turn) holds() {
+	t.ls.mu.Lock()
+	t.held = true
+	t.ls.mu.Unlock()
+}
+
+// released: a node announced a release on channel (hook of a watcher).
+// Every node announces it: the head's actor tells the one that matters
+// (see lease.Wake).
+func (ls *lines) released(channel, digest string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.byKey[strings.TrimSuffix(channel, releasedSuffix)]
+	if l == nil {
+		return
+	}
+	if head := l.turns[0]; head.pid != nil && !head.held {
+		ls.wake(head, lease.WakeRelease, digest)
+	} else {
+		l.pending = true
+	}
+}
+
+// watched: node i listens on channel now (ok), or could not.
+func (ls *lines) watched(i int, channel string, ok bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.byKey[strings.TrimSuffix(channel, releasedSuffix)]
+	if l == nil || !l.watch {
+		return
+	}
+	recheck := ok && !l.on[i] && l.acks == 0 // back after a drop
+	l.on[i] = ok
+	if l.acks > 0 {
+		l.acks--
+		recheck = l.acks == 0
+	}
+	if head := l.turns[0]; recheck && head.pid != nil && !head.held {
+		ls.wake(head, lease.WakeRecheck, "")
+	}
+}
+
+// lost: node i's watcher lost its connection; it will say when it listens
+// again.
+func (ls *lines) lost(i int) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, l := range ls.byKey {
+		if l.watch {
+			l.on[i] = false
+		}
+	}
+}
+
+// stats fills s's waiting figures.
+func (ls *lines) stats(s *Stats) {
+	ls.mu.Lock()
+	for _, l := range ls.byKey {
+		n := len(l.turns)
+		if l.turns[0].held {
+			n--
+		}
+		if n > 0 {
+			if s.Waiters == nil {
+				s.Waiters = make(map[string]int)
+			}
+			s.Waiters[l.resource] = n
+		}
+	}
+	ls.mu.Unlock()
+	s.Wakeups = Wakeups{
+		Release:  ls.wakeups[lease.WakeRelease].Load(),
+		Expiry:   ls.wakeups[lease.WakeExpiry].Load(),
+		Fallback: ls.wakeups[lease.WakeFallback].Load(),
+		Recheck:  ls.wakeups[lease.WakeRecheck].Load(),
+	}
+}
+
+func (ls *lines) close() {
+	for _, w := range ls.watchers {
+		w.Close()
+	}
+}

@@ -1,0 +1,253 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// noPolling is a retry schedule that makes polling useless: a waiter that
+// acquires within a second did not poll.
+func noPolling() backoff.BackOff { return backoff.NewConstantBackOff(10 * time.Second) }
+
+// acquireAsync runs Acquire in the background and reports when it
+// returned.
+type acquired struct {
+	l   *Lease
+	err error
+	at  time.Time
+}
+
+func acquireAsync(ctx context.Context, e *Engine, resource string, opts ...Option) <-chan acquired {
+	ch := make(chan acquired, 1)
+	go func() {
+		l, err := e.Acquire(ctx, resource, opts...)
+		ch <- acquired{l, err, time.Now()}
+	}()
+	return ch
+}
+
+func await(t *testing.T, ch <-chan acquired, limit time.Duration) acquired {
+	t.Helper()
+	select {
+	case a := <-ch:
+		if a.err != nil {
+			t.Fatalf("Acquire: %v", a.err)
+		}
+		return a
+	case <-time.After(limit):
+		t.Fatalf("Acquire still waiting after %v", limit)
+		return acquired{}
+	}
+}
+
+// waitWaiting waits until e has a caller waiting for resource whose round
+// was refused with the announcements heard (the recheck is done).
+func waitWaiting(t *testing.T, e *Engine, resource string) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "a waiter listening for the release", func() bool {
+		s := e.Stats()
+		return s.Waiters[resource] == 1 && s.Wakeups.Recheck >= 1
+	})
+	time.Sleep(50 * time.Millisecond) // the recheck round's refusal
+}
+
+// A waiter on another engine acquires within a second of the holder's
+// release, with a retry schedule that would have it wait ten.
+func TestWaiterWakesOnRelease(t *testing.T) {
+	c := startNodes(t, 5)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	held, err := a.Acquire(t.Context(), "wake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t.Context(), b, "wake", WithRetry(noPolling))
+	waitWaiting(t, b, "wake")
+	released := time.Now()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w := await(t, got, 5*time.Second)
+	if d := w.at.Sub(released); d > time.Second {
+		t.Fatalf("acquired %v after the release, want within 1s", d)
+	}
+	if s := b.Stats(); s.Wakeups.Release < 1 || s.Waiters != nil {
+		t.Fatalf("stats %+v: want a wake-up by release and nobody waiting", s)
+	}
+	_ = w.l.Release(t.Context())
+}
+
+// writeForeign writes another owner's key by hand on the nodes idx: a
+// holder that vanished without releasing.
+func writeForeign(t *testing.T, c *redisproc.Cluster, resource string, ttl time.Duration, idx ...int) {
+	t.Helper()
+	for _, i := range idx {
+		if err := c.Nodes[i].Set(t.Context(), lockKey(resource), "vanished", ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A holder that vanished without releasing: the waiter wakes when its keys
+// expire, as the refusing nodes said, not at the next poll.
+func TestWaiterWakesAtExpiry(t *testing.T) {
+	c := startNodes(t, 5)
+	e := newEngine(t, c.Addrs())
+	const ttl = 1500 * time.Millisecond
+	writeForeign(t, c, "vanished", ttl, 0, 1, 2, 3, 4)
+	expires := time.Now().Add(ttl)
+	w := await(t, acquireAsync(t.Context(), e, "vanished", WithRetry(noPolling)), 5*time.Second)
+	if d := w.at.Sub(expires); d > time.Second || d < -100*time.Millisecond {
+		t.Fatalf("acquired %v after the keys expired, want within 1s", d)
+	}
+	if s := e.Stats(); s.Wakeups.Expiry < 1 {
+		t.Fatalf("wake-ups %+v: want one at expiry", s.Wakeups)
+	}
+	_ = w.l.Release(t.Context())
+}
+
+// A release between the refused round and the watchers' subscription is
+// not lost: once they listen, the waiter looks again.
+func TestReleaseBeforeSubscriptionNotLost(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	held, err := a.Acquire(t.Context(), "race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var released time.Time
+	testHookBeforeWatch = func() { // on b's lease actor, refused, before any watcher listens
+		released = time.Now()
+		if err := held.Release(context.Background()); err != nil {
+			t.Error(err)
+		}
+		waitGone(t, c, "race") // announced on every node, heard by nobody
+	}
+	t.Cleanup(func() { testHookBeforeWatch = nil })
+	w := await(t, acquireAsync(t.Context(), b, "race", WithRetry(noPolling)), 5*time.Second)
+	if d := w.at.Sub(released); d > time.Second {
+		t.Fatalf("acquired %v after the release, want within 1s", d)
+	}
+	_ = w.l.Release(t.Context())
+}
+
+// Local waiters acquire first come, first served; one whose context ends
+// leaves the line at once and is skipped.
+func TestLocalWaitersFIFO(t *testing.T) {
+	c := startNodes(t, 3)
+	e := newEngine(t, c.Addrs())
+	held, err := e.Acquire(t.Context(), "fifo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	const quitter = 3
+	quit, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for i := range 8 {
+		ctx := t.Context()
+		if i == quitter {
+			ctx = quit
+		}
+		wg.Go(func() {
+			l, err := e.Acquire(ctx, "fifo", WithRetry(noPolling))
+			if i == quitter {
+				if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrNotAcquired) {
+					t.Errorf("waiter %d: %v, want its context's end", i, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			_ = l.Release(context.Background())
+		})
+		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return e.Stats().Waiters["fifo"] == i+1 })
+	}
+	cancel()
+	waitFor(t, 5*time.Second, "the quitter gone", func() bool { return e.Stats().Waiters["fifo"] == 7 })
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if want := []int{0, 1, 2, 4, 5, 6, 7}; !equal(order, want) {
+		t.Fatalf("acquired in order %v, want %v", order, want)
+	}
+	if s := e.Stats(); s.Waiters != nil || s.Wakeups != (Wakeups{}) {
+		t.Fatalf("stats %+v: a local line needs no wake-ups", s)
+	}
+}
+
+func equal(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// With 2 of 5 nodes unable to announce (their ACL denies every channel,
+// as a managed Redis may), waiters still wake: on a release, by the other
+// three; for a vanished holder, at its keys' expiry.
+func TestWakeWithNodesUnableToNotify(t *testing.T) {
+	c := startNodes(t, 5)
+	for _, i := range []int{0, 1} {
+		if _, err := c.Nodes[i].Do(t.Context(), "ACL", "SETUSER", "default", "resetchannels"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+
+	held, err := a.Acquire(t.Context(), "deaf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t.Context(), b, "deaf", WithRetry(noPolling))
+	waitWaiting(t, b, "deaf")
+	for i, n := range c.Nodes { // b listens on nodes 2-4 only
+		got, err := n.Do(t.Context(), "PUBSUB", "NUMSUB", lockKey("deaf")+releasedSuffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]int64{true: 0, false: 1}[i < 2]
+		if subs := got.([]any)[1]; subs != want {
+			t.Fatalf("node %d: %v subscribers, want %d", i, subs, want)
+		}
+	}
+	released := time.Now()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatalf("Release with channels denied on 2 nodes: %v", err)
+	}
+	w := await(t, got, 5*time.Second)
+	if d := w.at.Sub(released); d > time.Second {
+		t.Fatalf("acquired %v after the release, want within 1s", d)
+	}
+	_ = w.l.Release(t.Context())
+
+	const ttl = 1500 * time.Millisecond
+	writeForeign(t, c, "deaf", ttl, 0, 1, 2, 3, 4)
+	expires := time.Now().Add(ttl)
+	w = await(t, acquireAsync(t.Context(), b, "deaf", WithRetry(noPolling)), 5*time.Second)
+	if d := w.at.Sub(expires); d > time.Second {
+		t.Fatalf("acquired %v after the keys expired, want within 1s", d)
+	}
+	_ = w.l.Release(t.Context())
+}
