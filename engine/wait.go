@@ -15,7 +15,8 @@ import (
 )
 
 // WakeCause says why an Acquire that waited started a round: WakeRelease,
-// WakeExpiry, WakeFallback or WakeRecheck (Event.Wake, Stats.Wakeups).
+// WakeExpiry, WakeFallback, WakeRecheck or WakeSplit (Event.Wake,
+// Stats.Wakeups).
 type WakeCause = lease.WakeCause
 
 // The causes of wake-ups.
@@ -24,6 +25,7 @@ const (
 	WakeExpiry   = lease.WakeExpiry   // the holder's keys expired
 	WakeFallback = lease.WakeFallback // the backoff ran out first: no node could announce releases
 	WakeRecheck  = lease.WakeRecheck  // the announcements are heard now: one more look
+	WakeSplit    = lease.WakeSplit    // waiters that woke together split the nodes: each draws a new delay
 )
 
 // Waiting and Woken are events about an Acquire, on the engine's
@@ -35,7 +37,7 @@ const (
 
 // Wakeups counts the rounds that waiting Acquire calls started, by cause.
 type Wakeups struct {
-	Release, Expiry, Fallback, Recheck uint64
+	Release, Expiry, Fallback, Recheck, Split uint64
 }
 
 // releasedSuffix makes a lock key's release channel: it keeps the key's
@@ -56,7 +58,7 @@ const releasedSuffix = ":released"
 type lines struct {
 	e        *Engine
 	watchers []*node.Watcher
-	wakeups  [lease.WakeRecheck + 1]atomic.Uint64
+	wakeups  [lease.WakeSplit + 1]atomic.Uint64
 
 	mu    sync.Mutex
 	byKey map[string]*line
@@ -70,10 +72,19 @@ type line struct {
 	watch bool
 	acks  int
 	on    []bool
-	// pending: an announcement came while the head had no actor to wake
-	// (between two heads).
-	pending bool
+	// releasing: a local lease ended by a release the nodes are
+	// announcing, and no announcement came since; pending: one came while
+	// no head had an actor to wake: the next head wakes to it at once.
+	releasing, pending bool
+	// idle: the line is empty, and forgotten (its watch dropped) unless a
+	// caller joins before lineLinger.
+	idle *time.Timer
 }
+
+// lineLinger keeps a watched line that emptied, so that a caller who comes
+// back soon, the usual pattern of a busy resource, neither subscribes
+// again nor races ahead of the other engines' waiters (see join).
+const lineLinger = time.Second
 
 // turn is one Acquire call's place in its line; the head's lease actor
 // holds it as its lease.Line.
@@ -94,7 +105,7 @@ func newLines(e *Engine) *lines {
 	ls := &lines{e: e, byKey: make(map[string]*line)}
 	for i, addr := range e.cfg.Nodes {
 		ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, node.WatchHooks{
-			Released: ls.released,
+			Released: func(channel, digest string) { ls.released(i, channel, digest) },
 			Watched:  func(channel string, ok bool) { ls.watched(i, channel, ok) },
 			Lost:     func() { ls.lost(i) },
 		}))
@@ -103,7 +114,10 @@ func newLines(e *Engine) *lines {
 }
 
 // join puts a caller of Acquire in resource's line; it is the head at
-// once when the line was empty, else it waits for ready.
+// once when the line was empty, else it waits for ready. A head that
+// comes right after a local release that other engines' waiters are
+// about to hear of waits to hear of it too: racing ahead of them would
+// starve them.
 func (ls *lines) join(resource, key string) *turn {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -112,9 +126,15 @@ func (ls *lines) join(resource, key string) *turn {
 		l = &line{resource: resource, key: key, channel: key + releasedSuffix}
 		ls.byKey[key] = l
 	}
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
 	t := &turn{ls: ls, line: l}
 	if len(l.turns) > 0 {
 		t.ready = make(chan struct{})
+	} else {
+		t.waitFirst = l.releasing || l.pending
 	}
 	l.turns = append(l.turns, t)
 	return t
@@ -148,13 +168,13 @@ func (t *turn) started(st *lease.State, pid *actor.PID) {
 	t.st, t.pid = st, pid
 	if t.waitFirst && t.line.pending {
 		t.line.pending = false
-		ls.wake(t, lease.WakeRelease, "")
+		ls.wake(t, lease.WakeRelease, "", -1)
 	}
 }
 
 // wake sends the head's actor a Wake, under ls.mu.
-func (ls *lines) wake(t *turn, cause lease.WakeCause, holder string) {
-	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder})
+func (ls *lines) wake(t *turn, cause lease.WakeCause, holder string, node int) {
+	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder, Node: node})
 }
 
 // Wait implements lease.Line: the head was refused by another owner. The
@@ -192,6 +212,13 @@ func (t *turn) Woke(cause lease.WakeCause) {
 	t.ls.e.publish(Event{Kind: Woken, Resource: t.line.resource, Wake: cause})
 }
 
+// Len implements lease.Line.
+func (t *turn) Len() int {
+	t.ls.mu.Lock()
+	defer t.ls.mu.Unlock()
+	return len(t.line.turns)
+}
+
 // Done implements lease.Line, and leaves the line for a caller whose
 // context ended first: the next in line becomes the head.
 func (t *turn) Done(released bool) {
@@ -204,20 +231,32 @@ func (t *turn) Done(released bool) {
 	t.gone = true
 	i := slices.Index(l.turns, t)
 	l.turns = slices.Delete(l.turns, i, i+1)
-	if len(l.turns) == 0 {
-		delete(ls.byKey, l.key)
-		if l.watch {
-			for _, w := range ls.watchers {
-				w.Unwatch(l.channel)
-			}
-		}
-		return
-	}
 	if i == 0 {
-		next := l.turns[0]
-		next.waitFirst = released && slices.Contains(l.on, true)
+		l.releasing = released && slices.Contains(l.on, true)
 		l.pending = false // what came before is about an earlier holder
+	}
+	switch {
+	case len(l.turns) == 0 && l.watch:
+		l.idle = time.AfterFunc(lineLinger, func() { ls.forget(l) })
+	case len(l.turns) == 0:
+		delete(ls.byKey, l.key)
+	case i == 0:
+		next := l.turns[0]
+		next.waitFirst = l.releasing
 		close(next.ready)
+	}
+}
+
+// forget drops a line that stayed empty for lineLinger, and its watch.
+func (ls *lines) forget(l *line) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if len(l.turns) > 0 || ls.byKey[l.key] != l {
+		return // joined meanwhile
+	}
+	delete(ls.byKey, l.key)
+	for _, w := range ls.watchers {
+		w.Unwatch(l.channel)
 	}
 }
 
@@ -231,16 +270,19 @@ func (t *turn) holds() {
 // released: a node announced a release on channel (hook of a watcher).
 // Every node announces it: the head's actor tells the one that matters
 // (see lease.Wake).
-func (ls *lines) released(channel, digest string) {
+func (ls *lines) released(i int, channel, digest string) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l := ls.byKey[strings.TrimSuffix(channel, releasedSuffix)]
 	if l == nil {
 		return
 	}
-	if head := l.turns[0]; head.pid != nil && !head.held {
-		ls.wake(head, lease.WakeRelease, digest)
-	} else {
+	l.releasing = false
+	switch {
+	case len(l.turns) == 0:
+	case l.turns[0].pid != nil && !l.turns[0].held:
+		ls.wake(l.turns[0], lease.WakeRelease, digest, i)
+	default:
 		l.pending = true
 	}
 }
@@ -259,8 +301,11 @@ func (ls *lines) watched(i int, channel string, ok bool) {
 		l.acks--
 		recheck = l.acks == 0
 	}
+	if len(l.turns) == 0 {
+		return
+	}
 	if head := l.turns[0]; recheck && head.pid != nil && !head.held {
-		ls.wake(head, lease.WakeRecheck, "")
+		ls.wake(head, lease.WakeRecheck, "", -1)
 	}
 }
 
@@ -281,7 +326,7 @@ func (ls *lines) stats(s *Stats) {
 	ls.mu.Lock()
 	for _, l := range ls.byKey {
 		n := len(l.turns)
-		if l.turns[0].held {
+		if n > 0 && l.turns[0].held {
 			n--
 		}
 		if n > 0 {
@@ -297,10 +342,18 @@ func (ls *lines) stats(s *Stats) {
 		Expiry:   ls.wakeups[lease.WakeExpiry].Load(),
 		Fallback: ls.wakeups[lease.WakeFallback].Load(),
 		Recheck:  ls.wakeups[lease.WakeRecheck].Load(),
+		Split:    ls.wakeups[lease.WakeSplit].Load(),
 	}
 }
 
 func (ls *lines) close() {
+	ls.mu.Lock()
+	for _, l := range ls.byKey {
+		if l.idle != nil {
+			l.idle.Stop()
+		}
+	}
+	ls.mu.Unlock()
 	for _, w := range ls.watchers {
 		w.Close()
 	}

@@ -77,10 +77,32 @@ type Line interface {
 	Wait(holder string, until time.Time) (wakes bool)
 	// Woke: the actor starts a round, woken for cause.
 	Woke(cause WakeCause)
+	// Len is the number of callers in the line, this one included.
+	Len() int
 	// Done: the lease needs its place no more: acquiring failed, or the
 	// held lease ended (released: by a release, which is announced). It
 	// may be called more than once.
 	Done(released bool)
+}
+
+// WakeJitter bounds the random delay between hearing a release and the
+// round it wakes: larger than the spread of the announcement's delivery to
+// the waiters of several engines (tens of microseconds on a LAN), so that
+// the order of their subscriptions does not decide who wins.
+const WakeJitter = 500 * time.Microsecond
+
+// raceDelay is how long the head of a line of n waits before the round a
+// release woke. Every engine's heads hear the release at once, in the
+// order they subscribed, so each waits a random delay below WakeJitter:
+// the least of n draws, so that of all the callers waiting in every
+// engine, each is as likely as any other to hold the least draw, and to
+// win (a line of two wins twice as often as a line of one).
+func raceDelay(n int) time.Duration {
+	d := WakeJitter
+	for range min(max(n, 1), 64) {
+		d = min(d, time.Duration(rand.Int64N(int64(WakeJitter))))
+	}
+	return d
 }
 
 // WakeCause says why a waiting lease actor started a round.
@@ -92,9 +114,10 @@ const (
 	WakeExpiry                        // the keys in the way expired
 	WakeFallback                      // the backoff ran out first (no node could announce), or no announcement came
 	WakeRecheck                       // the announcements are now heard: one more look for a release they missed
+	WakeSplit                         // waiters that woke together split the nodes; each drew a new delay
 )
 
-var wakeNames = [...]string{WakeRelease: "release", WakeExpiry: "expiry", WakeFallback: "fallback", WakeRecheck: "recheck"}
+var wakeNames = [...]string{WakeRelease: "release", WakeExpiry: "expiry", WakeFallback: "fallback", WakeRecheck: "recheck", WakeSplit: "split"}
 
 func (c WakeCause) String() string {
 	if c > 0 && int(c) < len(wakeNames) {
@@ -199,8 +222,8 @@ type perLease struct {
 	owed        int       // votes not yet received
 	attempts    int       // acquire rounds
 	charged     int       // of them, those that count against Config.Attempts
-	woken       WakeCause // a Wake came while a round was out
-	announced   string    // the holder whose release that Wake announced
+	recheck     bool      // a recheck came while a round was out
+	heard       []heard   // releases announced while acquiring
 	waitingFor  string    // waiting: the holder in the way ("": any)
 	wakeAt      WakeCause // waiting: what the alarm means
 	cause       error     // why acquiring failed
@@ -402,7 +425,7 @@ func (a *leaseActor) startRound(cause WakeCause) {
 	if cause != 0 && a.cfg.Line != nil {
 		a.cfg.Line.Woke(cause)
 	}
-	a.woken = 0
+	a.recheck = false
 	a.start = time.Now()
 	a.startVote(acquiring, a.acquireCmd, nil)
 }
@@ -428,9 +451,8 @@ func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to 
 func (a *leaseActor) releaseAll() { a.send(a.announcedReleaseCmd, nil) }
 
 // cleanUp deletes a failed acquire round's keys on every node, as
-// releaseAll does: a grant may be on its way from any of them. The
-// deletions are announced unless another owner holds a quorum (then ours
-// were on a minority, and nobody waits for them).
+// releaseAll does: a grant may be on its way from any of them; announce:
+// announce the deletions.
 func (a *leaseActor) cleanUp(announce bool) {
 	if announce {
 		a.releaseAll()
@@ -557,10 +579,25 @@ func (a *leaseActor) roundFailed(cause error) {
 	a.clearAlarm()
 	a.failedVotes = append(a.failedVotes[:0], a.votes...)
 	holder, free := heldBy(a.failedVotes)
-	a.cleanUp(holder == "")
-	if cause == nil && holder != "" && a.cfg.Line != nil && a.cfg.BackOff != nil {
-		a.wait(holder, free)
-		return
+	// A refused round (cause nil) holds fewer keys than a quorum: nobody
+	// waits for them, and announcing them would wake waiters for nothing.
+	// One that timed out, or won too late, may hold a quorum.
+	a.cleanUp(cause != nil)
+	if cause == nil && a.cfg.Line != nil && a.cfg.BackOff != nil {
+		switch {
+		case holder != "":
+			a.wait(holder, free)
+			return
+		case split(a.failedVotes):
+			// Waiters woken together split the nodes: each draws again
+			// over twice the round, uncharged, rather than back off
+			// exponentially, which would starve whoever lost most.
+			a.phase, a.wakeAt = waiting, WakeSplit
+			a.waitingFor = ""
+			d := 6 * time.Since(a.start)
+			a.setAlarm(time.Now().Add(time.Duration(rand.Int64N(int64(d) + 1))))
+			return
+		}
 	}
 	back := quarantineEnd(a.failedVotes)
 	if !back.IsZero() && cause == nil {
@@ -594,8 +631,12 @@ func (a *leaseActor) roundFailed(cause error) {
 // the round to see it. When no Wake can come, or nobody knows when the
 // keys expire, the backoff bounds the wait, and that wake-up is charged.
 func (a *leaseActor) wait(holder string, free time.Time) {
-	if a.woken == WakeRecheck || (a.woken == WakeRelease && a.announced == holder) {
-		a.startRound(a.woken)
+	switch {
+	case a.recheck:
+		a.startRound(WakeRecheck)
+		return
+	case a.gone(holder):
+		a.startRound(WakeRelease)
 		return
 	}
 	a.waitingFor = holder
@@ -618,22 +659,71 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 	a.setAlarm(at)
 }
 
-// onWake starts a round at once when the actor backs off, or waits for
-// the holder whose release was announced (another owner's release does
-// not free that holder's quorum), and remembers it while a round is out.
+// onWake acts on a Wake, after noting which node announced whose release.
+// A waiting actor starts a round for a recheck at once, and for the
+// release of the holder it waits on after raceDelay (another owner's
+// release does not free that holder's quorum). One in a round remembers a
+// recheck for when the round fails. One that backs off (after a split
+// vote, or nodes that failed) keeps to its randomized backoff: that is
+// what breaks a split.
 func (a *leaseActor) onWake(m *Wake) {
+	if m.Cause == WakeRelease && m.Holder != "" && m.Node >= 0 {
+		a.hear(m.Holder, m.Node)
+	}
 	switch a.phase {
 	case waiting:
-		if m.Cause == WakeRelease && a.waitingFor != "" && m.Holder != a.waitingFor {
+		switch {
+		case m.Cause == WakeRecheck:
+			a.clearAlarm()
+			a.startRound(WakeRecheck)
+		case a.waitingFor != "" && m.Holder != a.waitingFor, a.wakeAt == WakeRelease: // not it, or the race is set
+		default:
+			a.wakeAt = WakeRelease
+			a.setAlarm(time.Now().Add(raceDelay(a.cfg.Line.Len())))
+		}
+	case acquiring, fencing:
+		if m.Cause == WakeRecheck {
+			a.recheck = true
+		}
+	}
+}
+
+// heard is a holder whose release nodes announced, as a set of nodes (a
+// node past the 64th counts as the 64th).
+type heard struct {
+	holder string
+	nodes  uint64
+}
+
+func nodeBit(i int) uint64 { return 1 << min(i, 63) }
+
+func (a *leaseActor) hear(holder string, node int) {
+	for i := range a.heard {
+		if a.heard[i].holder == holder {
+			a.heard[i].nodes |= nodeBit(node)
 			return
 		}
-		fallthrough
-	case backingOff:
-		a.clearAlarm()
-		a.startRound(m.Cause)
-	case acquiring, fencing:
-		a.woken, a.announced = m.Cause, m.Holder
 	}
+	a.heard = append(a.heard, heard{holder, nodeBit(node)})
+}
+
+// gone reports whether every node where the failed round found holder's
+// key has announced its release since: the round only came too early.
+// While one has not, the actor waits for it (or the key's expiry), so a
+// release that is stuck on a node does not make it spin.
+func (a *leaseActor) gone(holder string) bool {
+	var seen uint64
+	for i, v := range a.failedVotes {
+		if v.Outcome == node.Taken && v.Holder == holder {
+			seen |= nodeBit(i)
+		}
+	}
+	for _, h := range a.heard {
+		if h.holder == holder {
+			return seen&^h.nodes == 0
+		}
+	}
+	return false
 }
 
 // heldBy reads a failed round's votes: when one other owner holds the key
@@ -649,13 +739,19 @@ func heldBy(votes []node.Vote) (holder string, free time.Time) {
 		if v.Outcome != node.Taken || v.Holder == "" {
 			continue
 		}
-		if holder == "" {
-			holder = v.Holder
-		}
-		if v.Holder == holder {
-			counts++
-		}
 		taken = append(taken, v.Until)
+		if v.Holder == holder {
+			continue // counted
+		}
+		c := 0 // another holder: does it hold more?
+		for _, w := range votes {
+			if w.Outcome == node.Taken && w.Holder == v.Holder {
+				c++
+			}
+		}
+		if c > counts {
+			holder, counts = v.Holder, c
+		}
 	}
 	if counts < q {
 		return "", time.Time{}
@@ -677,6 +773,18 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// split reports whether a failed round's nodes all answered Granted or
+// Taken (or had not answered yet): contenders split them, and none of
+// them failed.
+func split(votes []node.Vote) bool {
+	for _, v := range votes {
+		if v.Outcome == node.Timeout || v.Outcome == node.Failed {
+			return false
+		}
+	}
+	return true
 }
 
 // abort gives up acquiring because of cause (a context or the engine).

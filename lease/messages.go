@@ -69,17 +69,15 @@ type Cancel struct {
 	Cause error
 }
 
-// Wake tells an actor waiting for its resource (Config.Line) to start a
-// round now: a node announced a release (each node announces each one),
-// or announcements are heard now. A waiting actor only wakes for the
-// release of the holder it waits on; one that is in a round looks again
-// at once if the round finds that holder still in the way (the
-// announcements of its release were still on their way from other nodes).
+// Wake tells an actor waiting for its resource (Config.Line) that a node
+// announced a release (each node announces each one), or that the
+// announcements are heard now (see onWake).
 type Wake struct {
 	actors.Late
 	State  *State
 	Cause  WakeCause
 	Holder string // WakeRelease: the owner released, as node.Digest names it ("": unknown)
+	Node   int    // WakeRelease: the node that announced it (-1: unknown)
 }
 
 // Close tells the actor that the engine closes: release the held lease
