@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -312,6 +313,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 			return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
 		}
 		cfg.Line, cfg.WaitFirst = t, t.waitFirst
+		cfg.Since = strconv.FormatInt(time.Now().UnixMilli(), 10) // after the local line: its order is kept
 	}
 
 	e.mu.Lock()

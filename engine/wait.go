@@ -74,8 +74,11 @@ type line struct {
 	on    []bool
 	// releasing: a local lease ended by a release the nodes are
 	// announcing, and no announcement came since; pending: one came while
-	// no head had an actor to wake: the next head wakes to it at once.
+	// no head had an actor to wake: the next head wakes to it at once;
+	// next: the waiter the last one named next (another engine's, or a
+	// head of this line), who goes before a new head.
 	releasing, pending bool
+	next               string
 	// idle: the line is empty, and forgotten (its watch dropped) unless a
 	// caller joins before lineLinger.
 	idle *time.Timer
@@ -134,7 +137,7 @@ func (ls *lines) join(resource, key string) *turn {
 	if len(l.turns) > 0 {
 		t.ready = make(chan struct{})
 	} else {
-		t.waitFirst = l.releasing || l.pending
+		t.waitFirst = l.releasing || l.pending || l.next != ""
 	}
 	l.turns = append(l.turns, t)
 	return t
@@ -166,15 +169,16 @@ func (t *turn) started(st *lease.State, pid *actor.PID) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	t.st, t.pid = st, pid
-	if t.waitFirst && t.line.pending {
-		t.line.pending = false
-		ls.wake(t, lease.WakeRelease, "", -1)
+	if l := t.line; t.waitFirst && !l.releasing {
+		// What the last announcement said, for a head that came after it.
+		l.pending = false
+		ls.wake(t, lease.WakeRelease, "", l.next, -1)
 	}
 }
 
 // wake sends the head's actor a Wake, under ls.mu.
-func (ls *lines) wake(t *turn, cause lease.WakeCause, holder string, node int) {
-	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder, Node: node})
+func (ls *lines) wake(t *turn, cause lease.WakeCause, holder, next string, node int) {
+	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Node: node})
 }
 
 // Wait implements lease.Line: the head was refused by another owner. The
@@ -242,7 +246,7 @@ func (t *turn) Done(released bool) {
 		delete(ls.byKey, l.key)
 	case i == 0:
 		next := l.turns[0]
-		next.waitFirst = l.releasing
+		next.waitFirst = l.releasing || l.next != ""
 		close(next.ready)
 	}
 }
@@ -270,18 +274,19 @@ func (t *turn) holds() {
 // released: a node announced a release on channel (hook of a watcher).
 // Every node announces it: the head's actor tells the one that matters
 // (see lease.Wake).
-func (ls *lines) released(i int, channel, digest string) {
+func (ls *lines) released(i int, channel, msg string) {
+	holder, next, _ := strings.Cut(msg, " ")
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l := ls.byKey[strings.TrimSuffix(channel, releasedSuffix)]
 	if l == nil {
 		return
 	}
-	l.releasing = false
+	l.releasing, l.next = false, next
 	switch {
 	case len(l.turns) == 0:
 	case l.turns[0].pid != nil && !l.turns[0].held:
-		ls.wake(l.turns[0], lease.WakeRelease, digest, i)
+		ls.wake(l.turns[0], lease.WakeRelease, holder, next, i)
 	default:
 		l.pending = true
 	}
@@ -305,7 +310,7 @@ func (ls *lines) watched(i int, channel string, ok bool) {
 		return
 	}
 	if head := l.turns[0]; recheck && head.pid != nil && !head.held {
-		ls.wake(head, lease.WakeRecheck, "", -1)
+		ls.wake(head, lease.WakeRecheck, "", "", -1)
 	}
 }
 

@@ -51,6 +51,10 @@ type Config struct {
 	// Channel is where this lease's releases are announced to waiters
 	// (node.Release.Channel); "" for none.
 	Channel string
+	// Since is when the caller began to wait, in Unix milliseconds (with a
+	// Line): every node queues a refused waiter by it (node.Acquire.Since),
+	// and release announcements name the next waiter.
+	Since string
 	// WaitFirst: begin by waiting, for a *Wake or at most NodeTimeout,
 	// before the first round (the engine's next local waiter, when others
 	// wait on the nodes too: all wake to the same announcement).
@@ -224,6 +228,8 @@ type perLease struct {
 	charged     int       // of them, those that count against Config.Attempts
 	recheck     bool      // a recheck came while a round was out
 	heard       []heard   // releases announced while acquiring
+	ownDigest   string    // the value as announcements name it, made once
+	deferred    bool      // waiting: for a waiter named next to go first
 	waitingFor  string    // waiting: the holder in the way ("": any)
 	wakeAt      WakeCause // waiting: what the alarm means
 	cause       error     // why acquiring failed
@@ -481,7 +487,7 @@ func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
 }
 
 func (a *leaseActor) acquireCmd(r node.Request) node.Command {
-	return &node.Acquire{Request: r, TTL: a.cfg.TTL, FenceKey: a.cfg.FenceKey}
+	return &node.Acquire{Request: r, TTL: a.cfg.TTL, FenceKey: a.cfg.FenceKey, Since: a.cfg.Since}
 }
 
 func (a *leaseActor) extendCmd(r node.Request) node.Command {
@@ -493,7 +499,11 @@ func (a *leaseActor) releaseCmd(r node.Request) node.Command {
 }
 
 func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
-	return &node.Release{Request: r, TTL: a.cfg.TTL, Channel: a.cfg.Channel}
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Channel: a.cfg.Channel, Leave: a.cfg.Since != ""}
+}
+
+func (a *leaseActor) leaveCmd(r node.Request) node.Command {
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Leave: true}
 }
 
 func (a *leaseActor) vote(v *node.Vote) {
@@ -592,7 +602,7 @@ func (a *leaseActor) roundFailed(cause error) {
 			// Waiters woken together split the nodes: each draws again
 			// over twice the round, uncharged, rather than back off
 			// exponentially, which would starve whoever lost most.
-			a.phase, a.wakeAt = waiting, WakeSplit
+			a.phase, a.wakeAt, a.deferred = waiting, WakeSplit, false
 			a.waitingFor = ""
 			d := 6 * time.Since(a.start)
 			a.setAlarm(time.Now().Add(time.Duration(rand.Int64N(int64(d) + 1))))
@@ -655,7 +665,7 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 			at, why = time.Now().Add(d), WakeFallback
 		}
 	}
-	a.phase, a.wakeAt = waiting, why
+	a.phase, a.wakeAt, a.deferred = waiting, why, false
 	a.setAlarm(at)
 }
 
@@ -673,12 +683,20 @@ func (a *leaseActor) onWake(m *Wake) {
 	switch a.phase {
 	case waiting:
 		switch {
-		case m.Cause == WakeRecheck:
+		case m.Cause == WakeRecheck, m.Next != "" && m.Next == a.digest():
 			a.clearAlarm()
-			a.startRound(WakeRecheck)
-		case a.waitingFor != "" && m.Holder != a.waitingFor, a.wakeAt == WakeRelease: // not it, or the race is set
+			a.startRound(m.Cause) // a recheck, or named next: go
+		case a.waitingFor != "" && m.Holder != "" && m.Holder != a.waitingFor:
+			// Another owner's release does not free the holder's quorum.
+		case m.Next != "":
+			// Another waiter is named next: let it go first. Race only
+			// if no release comes by the node timeout (it may have gone).
+			a.wakeAt, a.deferred = WakeRelease, true
+			a.setAlarm(time.Now().Add(a.cfg.NodeTimeout))
+		case a.wakeAt == WakeRelease && !a.deferred, a.wakeAt == WakeSplit:
+			// The race is set.
 		default:
-			a.wakeAt = WakeRelease
+			a.wakeAt, a.deferred = WakeRelease, false
 			a.setAlarm(time.Now().Add(raceDelay(a.cfg.Line.Len())))
 		}
 	case acquiring, fencing:
@@ -686,6 +704,14 @@ func (a *leaseActor) onWake(m *Wake) {
 			a.recheck = true
 		}
 	}
+}
+
+// digest is the lease's value as announcements name it, made once.
+func (a *leaseActor) digest() string {
+	if a.ownDigest == "" {
+		a.ownDigest = node.Digest(a.cfg.Value)
+	}
+	return a.ownDigest
 }
 
 // heard is a holder whose release nodes announced, as a set of nodes (a
@@ -804,6 +830,9 @@ func (a *leaseActor) abort(cause error) {
 func (a *leaseActor) giveUp(cause error) {
 	if cause == nil {
 		cause = errRefused
+	}
+	if a.cfg.Since != "" && a.attempts > 0 {
+		a.send(a.leaveCmd, nil) // out of the queues it may be in
 	}
 	a.phase = failing
 	a.cause = cause

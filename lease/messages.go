@@ -78,6 +78,7 @@ type Wake struct {
 	Cause  WakeCause
 	Holder string // WakeRelease: the owner released, as node.Digest names it ("": unknown)
 	Node   int    // WakeRelease: the node that announced it (-1: unknown)
+	Next   string // WakeRelease: the waiter the node's queue puts next ("": none)
 }
 
 // Close tells the actor that the engine closes: release the held lease

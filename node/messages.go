@@ -35,6 +35,11 @@ type Acquire struct {
 	Request
 	TTL      time.Duration
 	FenceKey string
+	// Since, if set, is when the caller began to wait, in Unix
+	// milliseconds: a refusal puts the caller in the resource's queue of
+	// waiters by it (and a grant takes it out), the same on every node,
+	// so that release announcements name the same next waiter everywhere.
+	Since string
 }
 
 // Fence writes a lease's fencing token back to the node's fence counter,
@@ -58,9 +63,11 @@ type Extend struct {
 type Release struct {
 	Request
 	TTL time.Duration // the longest the key may live from now
-	// Channel, if set, is where a deletion is announced (PUBLISH, with
-	// Digest of Value), so that waiters for the key wake at once.
+	// Channel, if set, is where a deletion is announced (PUBLISH: Digest
+	// of Value, a space, and the Digest of the next waiter in the queue,
+	// if any), so that waiters for the key wake at once.
 	Channel string
+	Leave   bool // the owner leaves the queue of waiters too
 }
 
 // Digest names an owner value as a refused Acquire's Vote.Holder and a

@@ -141,6 +141,8 @@ type entry struct {
 	fenceKey string
 	token    uint64
 	channel  string // a release's announcement channel
+	leave    bool   // a release that leaves the queue of waiters
+	since    string // an acquire that queues: when its caller began to wait (ms)
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
 	silent bool
@@ -184,16 +186,16 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *Acquire:
 		if m.FenceKey != "" {
-			a.enqueue(entry{op: opAcquireFenced, req: &m.Request, ttl: m.TTL, fenceKey: m.FenceKey})
+			a.enqueue(entry{op: opAcquireFenced, req: &m.Request, ttl: m.TTL, fenceKey: m.FenceKey, since: m.Since})
 		} else {
-			a.enqueue(entry{op: opAcquire, req: &m.Request, ttl: m.TTL})
+			a.enqueue(entry{op: opAcquire, req: &m.Request, ttl: m.TTL, since: m.Since})
 		}
 	case *Fence:
 		a.enqueue(entry{op: opFence, req: &m.Request, fenceKey: m.FenceKey, token: m.Token})
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:
-		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, channel: m.Channel})
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, channel: m.Channel, leave: m.Leave})
 	case *sent:
 		a.busy = false
 		a.stats.onWire.Store(0)

@@ -1,13 +1,23 @@
 -- KEYS[1] lock key; ARGV[1] owner value; ARGV[2] the channel to announce
--- the release on, or '' for none.
+-- the release on, or '' for none; ARGV[3] '1' when the owner also leaves
+-- the resource's queue of waiters (see acquire.lua), '' when not.
 -- Deletes the key (1) only if this owner holds it; otherwise leaves it (0).
--- A deletion is announced with the SHA1 of the value (what a refused
--- acquire names the holder by), so waiters wake at once; pcall, since a
--- server may deny PUBLISH (an ACL without channels): the release stands.
+-- A deletion is announced as "<SHA1 of the value> <SHA1 of the next
+-- waiter, or nothing>": the value as a refused acquire names the holder,
+-- the next waiter as the queue orders them, so waiters wake at once and
+-- the next one goes first. pcall, since a server may deny PUBLISH (an ACL
+-- without channels): the release stands.
+local queue = KEYS[1] .. ':queue'
+local me = nil
+if ARGV[3] == '1' and redis.call('EXISTS', queue) == 1 then
+  me = redis.sha1hex(ARGV[1])
+  redis.call('ZREM', queue, me)
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[2] ~= '' then
-    redis.pcall('PUBLISH', ARGV[2], redis.sha1hex(ARGV[1]))
+    local next = redis.call('ZRANGE', queue, 0, 0)[1] or ''
+    redis.pcall('PUBLISH', ARGV[2], (me or redis.sha1hex(ARGV[1])) .. ' ' .. next)
   end
   return 1
 end

@@ -68,7 +68,7 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *
 	s := &scripts[e.op]
 	var (
 		keys   = [3]string{e.req.Key}
-		args   = [3]string{e.req.Value}
+		args   = [4]string{e.req.Value}
 		nk, na = 1, 1 // keys and args used
 	)
 	switch e.op {
@@ -76,7 +76,8 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *
 		keys[1] = epochKey
 		args[1] = ttl.format(e.ttl)
 		args[2] = epoch
-		nk, na = 2, 3
+		args[3] = e.since
+		nk, na = 2, 4
 		if e.op == opAcquireFenced {
 			keys[2] = e.fenceKey
 			nk = 3
@@ -86,7 +87,10 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *
 		na = 2
 	case opRelease:
 		args[1] = e.channel
-		na = 2
+		if e.leave {
+			args[2] = "1"
+		}
+		na = 3
 	case opFence:
 		keys[1] = e.fenceKey
 		args[1] = strconv.FormatUint(e.token, 10)
