@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,8 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	events, stop := b.Subscribe(16)
+	defer stop()
 	got := acquireAsync(t.Context(), b, "wake", WithRetry(noPolling))
 	waitWaiting(t, b, "wake")
 	released := time.Now()
@@ -79,6 +82,16 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 	}
 	if s := b.Stats(); s.Wakeups.Release < 1 || s.Waiters != nil {
 		t.Fatalf("stats %+v: want a wake-up by release and nobody waiting", s)
+	}
+	var kinds []string
+	for ev := range events {
+		kinds = append(kinds, ev.Kind.String()+":"+ev.Wake.String())
+		if ev.Kind == Acquired {
+			break
+		}
+	}
+	if got := strings.Join(kinds, " "); !strings.HasPrefix(got, "Waiting:") || !strings.Contains(got, "Woken:release Acquired:") {
+		t.Fatalf("events %s: want Waiting, then Woken by the release just before Acquired", got)
 	}
 	_ = w.l.Release(t.Context())
 }
@@ -248,6 +261,102 @@ func TestWakeWithNodesUnableToNotify(t *testing.T) {
 	w = await(t, acquireAsync(t.Context(), b, "deaf", WithRetry(noPolling)), 5*time.Second)
 	if d := w.at.Sub(expires); d > time.Second {
 		t.Fatalf("acquired %v after the keys expired, want within 1s", d)
+	}
+	_ = w.l.Release(t.Context())
+}
+
+// Across engines, waiters go in the order they began to wait: every node
+// queues them alike, and a release names the first, which goes at once
+// while the others let it. Five times over, so luck would not pass it.
+func TestWaitersAcrossEnginesInOrder(t *testing.T) {
+	c := startNodes(t, 3)
+	es := []*Engine{newEngine(t, c.Addrs()), newEngine(t, c.Addrs()), newEngine(t, c.Addrs())}
+	for round := range 5 {
+		holder, first, second := es[round%3], es[(round+1)%3], es[(round+2)%3]
+		if round%2 == 1 {
+			first, second = second, first
+		}
+		held, err := holder.Acquire(t.Context(), "order")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev1, stop1 := first.Subscribe(64)
+		got1 := acquireAsync(t.Context(), first, "order", WithRetry(noPolling))
+		waitRefused(t, ev1)
+		time.Sleep(5 * time.Millisecond) // a later millisecond to queue by
+		ev2, stop2 := second.Subscribe(64)
+		got2 := acquireAsync(t.Context(), second, "order", WithRetry(noPolling))
+		waitRefused(t, ev2)
+		stop1()
+		stop2()
+		if err := held.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		var w acquired
+		select {
+		case w = <-got1:
+		case a := <-got2:
+			t.Fatalf("round %d: the later waiter went first (%v)", round, a.err)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: nobody acquired within 5s", round)
+		}
+		if w.err != nil {
+			t.Fatal(w.err)
+		}
+		if err := w.l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		_ = await(t, got2, 5*time.Second).l.Release(t.Context())
+	}
+}
+
+// waitRefused waits until a caller's round was refused by the holder (a
+// Waiting event that knows when its keys expire), and then for the round
+// that looks again once the watchers listen, if there is one.
+func waitRefused(t *testing.T, events <-chan Event) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.Kind == Waiting && !ev.Until.IsZero() {
+				time.Sleep(100 * time.Millisecond)
+				return
+			}
+		case <-timeout:
+			t.Fatal("no refused round after 5s")
+		}
+	}
+}
+
+// A watcher whose connection drops subscribes again, and the waiter looks
+// once more (announcements may have been missed meanwhile); a release
+// after that wakes it as before.
+func TestWaiterWakesAfterWatchersReconnect(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	held, err := a.Acquire(t.Context(), "reconnect")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireAsync(t.Context(), b, "reconnect", WithRetry(noPolling))
+	waitWaiting(t, b, "reconnect")
+	for _, n := range c.Nodes {
+		if _, err := n.Do(t.Context(), "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the watchers back, and a recheck", func() bool {
+		return b.Stats().Wakeups.Recheck >= 2
+	})
+	time.Sleep(50 * time.Millisecond)
+	released := time.Now()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w := await(t, got, 5*time.Second)
+	if d := w.at.Sub(released); d > time.Second {
+		t.Fatalf("acquired %v after the release, want within 1s", d)
 	}
 	_ = w.l.Release(t.Context())
 }

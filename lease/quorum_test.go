@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redlease/redlease/node"
 )
@@ -88,5 +89,44 @@ func TestTallyEveryMask(t *testing.T) {
 	// outcomes: C(5,3)·3² + C(5,4)·3 + C(5,5) = 90 + 15 + 1 = 106.
 	if wonTotal != 106 || lostTotal != 1024-106 {
 		t.Errorf("won %d and lost %d of 1024 assignments, want 106 and 918", wonTotal, lostTotal)
+	}
+}
+
+// heldBy finds one other owner holding a quorum among a failed round's
+// votes, and when enough keys in the way expire; a split has none.
+func TestHeldBy(t *testing.T) {
+	now := time.Now()
+	at := func(ms int) time.Time { return now.Add(time.Duration(ms) * time.Millisecond) }
+	taken := func(holder string, ms int) node.Vote {
+		v := node.Vote{Outcome: node.Taken, Holder: holder}
+		if ms >= 0 {
+			v.Until = at(ms)
+		}
+		return v
+	}
+	granted := node.Vote{Outcome: node.Granted}
+	tests := []struct {
+		name   string
+		votes  []node.Vote
+		holder string
+		free   time.Time
+	}{
+		{"one holder on all", []node.Vote{taken("x", 50), taken("x", 10), taken("x", 30), taken("x", 40), taken("x", 20)}, "x", at(30)},
+		{"quorum and a stray key", []node.Vote{taken("x", 50), taken("y", 10), taken("x", 30), taken("x", 40), granted}, "x", at(30)},
+		{"the holder counted once per node", []node.Vote{taken("y", 1), taken("x", 1), taken("x", 1), granted, granted}, "", time.Time{}},
+		{"the larger holder found second", []node.Vote{taken("y", 5), taken("x", 10), taken("x", 20), taken("x", 30), {}}, "x", at(10)},
+		{"split", []node.Vote{taken("x", 5), taken("x", 5), taken("y", 5), taken("y", 5), granted}, "", time.Time{}},
+		{"a key without TTL may stay", []node.Vote{taken("x", -1), taken("x", 10), taken("x", 20)}, "x", at(20)},
+		{"keys without TTL never expire", []node.Vote{taken("x", -1), taken("x", 10), taken("x", -1)}, "x", time.Time{}},
+		{"votes still out may be free", []node.Vote{taken("x", -1), taken("x", 10), taken("x", 20), {}, {}}, "x", at(10)},
+		{"no answers", make([]node.Vote, 3), "", time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			holder, free := heldBy(tt.votes)
+			if holder != tt.holder || !free.Equal(tt.free) {
+				t.Fatalf("heldBy = %q, %v; want %q, %v", holder, free.Sub(now), tt.holder, tt.free.Sub(now))
+			}
+		})
 	}
 }
