@@ -10,9 +10,11 @@
 -- required: the node lost its data (FLUSHALL, a restart) and must sit out
 -- until every lease it may have held has expired.
 -- A refused caller that queues joins the resource's queue of waiters
--- (<lock key>:queue, by when it began to wait, then by SHA1), which
--- release.lua names the next waiter from; a grant takes it out. The queue
--- only says who goes first: it never refuses anyone.
+-- (<lock key>:queue, by when it began to wait, then by SHA1, with '~' last
+-- so that the queue outlives its waiters for twice the TTL: releases are
+-- announced while it exists), which release.lua names the next waiter
+-- from; a grant takes it out. The queue only says who goes first: it
+-- never refuses anyone.
 if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then
   return -1
 end
@@ -29,7 +31,7 @@ if holder == ARGV[1] then
   return 1
 end
 if ARGV[4] ~= '' then
-  redis.call('ZADD', queue, 'NX', ARGV[4], redis.sha1hex(ARGV[1]))
+  redis.call('ZADD', queue, 'NX', ARGV[4], redis.sha1hex(ARGV[1]), 'inf', '~')
   if redis.call('PTTL', queue) < 2 * tonumber(ARGV[2]) then
     redis.call('PEXPIRE', queue, 2 * tonumber(ARGV[2]))
   end

@@ -16,7 +16,7 @@ if not granted then
   local holder = redis.call('GET', KEYS[1])
   if holder ~= ARGV[1] then
     if ARGV[4] ~= '' then
-      redis.call('ZADD', queue, 'NX', ARGV[4], redis.sha1hex(ARGV[1]))
+      redis.call('ZADD', queue, 'NX', ARGV[4], redis.sha1hex(ARGV[1]), 'inf', '~')
       if redis.call('PTTL', queue) < 2 * tonumber(ARGV[2]) then
         redis.call('PEXPIRE', queue, 2 * tonumber(ARGV[2]))
       end

@@ -2,21 +2,27 @@
 -- the release on, or '' for none; ARGV[3] '1' when the owner also leaves
 -- the resource's queue of waiters (see acquire.lua), '' when not.
 -- Deletes the key (1) only if this owner holds it; otherwise leaves it (0).
--- A deletion is announced as "<SHA1 of the value> <SHA1 of the next
--- waiter, or nothing>": the value as a refused acquire names the holder,
--- the next waiter as the queue orders them, so waiters wake at once and
--- the next one goes first. pcall, since a server may deny PUBLISH (an ACL
--- without channels): the release stands.
+-- A deletion is announced while the resource has a queue (it was
+-- contended lately), as "<SHA1 of the value> <SHA1 of the next waiter, or
+-- nothing>": the value as a refused acquire names the holder, the next
+-- waiter as the queue orders them, so waiters wake at once and the next
+-- one goes first. An uncontended release costs one EXISTS more. pcall,
+-- since a server may deny PUBLISH (an ACL without channels): the release
+-- stands.
 local queue = KEYS[1] .. ':queue'
+local queued = redis.call('EXISTS', queue) == 1
 local me = nil
-if ARGV[3] == '1' and redis.call('EXISTS', queue) == 1 then
+if ARGV[3] == '1' and queued then
   me = redis.sha1hex(ARGV[1])
   redis.call('ZREM', queue, me)
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= '' then
-    local next = redis.call('ZRANGE', queue, 0, 0)[1] or ''
+  if ARGV[2] ~= '' and queued then
+    local next = redis.call('ZRANGE', queue, 0, 0)[1]
+    if next == nil or next == '~' then
+      next = ''
+    end
     redis.pcall('PUBLISH', ARGV[2], (me or redis.sha1hex(ARGV[1])) .. ' ' .. next)
   end
   return 1

@@ -49,6 +49,10 @@ const (
 	// FaultClientKill: CLIENT KILL TYPE normal on a node: every engine's
 	// connection to it dies, batches in flight included.
 	FaultClientKill = "client kill"
+	// FaultPubSubKill: CLIENT KILL TYPE pubsub on a node: the engines'
+	// watchers lose their subscriptions, and with them announcements of
+	// releases, until they subscribe again.
+	FaultPubSubKill = "pubsub kill"
 	// FaultClockJump: a node's wall clock steps ahead by more than a TTL
 	// while it serves leases (the first time, the node is also restarted
 	// with its clock ahead). Keys on it expire early: Redlock's timing
@@ -60,7 +64,7 @@ const (
 func Kinds() []string {
 	return []string{FaultKillRestart, FaultPause, FaultSlowLink, FaultMajorityPause, FaultBareMajority,
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
-		FaultClientKill, FaultClockJump}
+		FaultClientKill, FaultPubSubKill, FaultClockJump}
 }
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
@@ -723,6 +727,9 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return err
 	case FaultClientKill:
 		_, err := n.Do(ctx, "CLIENT", "KILL", "TYPE", "normal")
+		return err
+	case FaultPubSubKill:
+		_, err := n.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub")
 		return err
 	case FaultDebugSleep:
 		woke, err := n.Stall(time.Duration(50+rng.IntN(250)) * time.Millisecond)
