@@ -125,13 +125,16 @@ type Config struct {
 	// ConnectTimeout bounds dialling a node, in New and when reconnecting.
 	// Default 1s.
 	ConnectTimeout time.Duration
-	// RetryAttempts is the number of rounds Acquire tries at most.
-	// Default 32.
+	// RetryAttempts bounds the rounds Acquire starts on its backoff: after
+	// rounds that failed for want of nodes (down, slow, quarantined), or
+	// while no node can announce releases. Rounds woken by a holder's
+	// release or expiry do not count: waiting for a holder is bounded by
+	// the caller's context. Default 32.
 	RetryAttempts int
-	// RetryBackOff makes the wait schedule between Acquire's rounds, one
-	// per call (a BackOff is stateful). Default: exponential from 2ms to
-	// 250ms, doubling, each wait randomized by ±50% to break the split
-	// votes of contending clients. backoff.Stop ends the retries.
+	// RetryBackOff makes the wait schedule between those rounds, one per
+	// call (a BackOff is stateful). Default: exponential from 2ms to
+	// 250ms, doubling, each wait randomized by ±50%. backoff.Stop ends the
+	// retries.
 	RetryBackOff func() backoff.BackOff
 	// EventBuffer is the capacity of each lease's event channel. When it is
 	// full, non-terminal events are dropped (and counted); the terminal one

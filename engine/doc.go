@@ -10,8 +10,11 @@
 // actor per lease (votes, validity, retry, extension, events). Acquire
 // asks every node at once and holds the lease when N/2+1 granted with
 // positive validity, TTL − elapsed − (TTL·DriftFactor + 2ms); a failed
-// round is cleaned up on every node and retried after a randomized
-// backoff.
+// round is cleaned up on every node. A round refused by another owner
+// waits for that owner's release (announced by every node, which names the
+// next waiter) or its keys' expiry, behind the engine's earlier callers
+// for the resource (see Engine.Acquire); other failed rounds are retried
+// after a randomized backoff.
 //
 // A Lease tells its holder when it ends, and why, no later than its
 // validity deadline: Done closes and Err says ErrReleased, ErrExpired or

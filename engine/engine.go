@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -302,7 +301,6 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	reply := make(chan lease.Result, 1)
 	cfg.Reply, cfg.WinningVotes = reply, winningVotes
-	cfg.Channel = key + releasedSuffix
 
 	var t *turn
 	if attempts > 1 {
@@ -313,7 +311,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 			return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
 		}
 		cfg.Line, cfg.WaitFirst = t, t.waitFirst
-		cfg.Since = strconv.FormatInt(time.Now().UnixMilli(), 10) // after the local line: its order is kept
+		cfg.Since, cfg.QueueAtOnce = time.Now(), t.contended() // after the local line: its order is kept
 	}
 
 	e.mu.Lock()

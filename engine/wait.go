@@ -40,10 +40,6 @@ type Wakeups struct {
 	Release, Expiry, Fallback, Recheck, Split uint64
 }
 
-// releasedSuffix makes a lock key's release channel: it keeps the key's
-// hash tag, as the design asks of every companion key.
-const releasedSuffix = ":released"
-
 // lines are the engine's waiters, by resource. The callers of Acquire for
 // one resource form a line, first come first served: only the first, the
 // head, runs rounds on the nodes; the others wait in the engine until the
@@ -65,7 +61,7 @@ type lines struct {
 }
 
 type line struct {
-	resource, key, channel string
+	resource, key, channel string  // channel: once watched
 	turns                  []*turn // turns[0] is the head
 	// watch: the channel was asked of every watcher; acks: answers still
 	// to come of that first ask; on: watched now, by node.
@@ -126,7 +122,7 @@ func (ls *lines) join(resource, key string) *turn {
 	defer ls.mu.Unlock()
 	l := ls.byKey[key]
 	if l == nil {
-		l = &line{resource: resource, key: key, channel: key + releasedSuffix}
+		l = &line{resource: resource, key: key}
 		ls.byKey[key] = l
 	}
 	if l.idle != nil {
@@ -192,6 +188,7 @@ func (t *turn) Wait(holder string, until time.Time) bool {
 	first := !l.watch
 	if first {
 		l.watch, l.acks, l.on = true, len(ls.watchers), make([]bool, len(ls.watchers))
+		l.channel = l.key + node.ReleasedSuffix
 	}
 	wakes := l.acks > 0 || slices.Contains(l.on, true)
 	ls.mu.Unlock()
@@ -264,6 +261,14 @@ func (ls *lines) forget(l *line) {
 	}
 }
 
+// contended reports whether the resource's line is watched: its heads
+// were refused by other engines lately.
+func (t *turn) contended() bool {
+	t.ls.mu.Lock()
+	defer t.ls.mu.Unlock()
+	return t.line.watch
+}
+
 // holds marks t's lease held, for Stats.
 func (t *turn) holds() {
 	t.ls.mu.Lock()
@@ -278,7 +283,7 @@ func (ls *lines) released(i int, channel, msg string) {
 	holder, next, _ := strings.Cut(msg, " ")
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	l := ls.byKey[strings.TrimSuffix(channel, releasedSuffix)]
+	l := ls.byKey[strings.TrimSuffix(channel, node.ReleasedSuffix)]
 	if l == nil {
 		return
 	}
@@ -296,7 +301,7 @@ func (ls *lines) released(i int, channel, msg string) {
 func (ls *lines) watched(i int, channel string, ok bool) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	l := ls.byKey[strings.TrimSuffix(channel, releasedSuffix)]
+	l := ls.byKey[strings.TrimSuffix(channel, node.ReleasedSuffix)]
 	if l == nil || !l.watch {
 		return
 	}

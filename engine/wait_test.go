@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/node"
 )
 
 // noPolling is a retry schedule that makes polling useless: a waiter that
@@ -236,7 +237,7 @@ func TestWakeWithNodesUnableToNotify(t *testing.T) {
 	got := acquireAsync(t.Context(), b, "deaf", WithRetry(noPolling))
 	waitWaiting(t, b, "deaf")
 	for i, n := range c.Nodes { // b listens on nodes 2-4 only
-		got, err := n.Do(t.Context(), "PUBSUB", "NUMSUB", lockKey("deaf")+releasedSuffix)
+		got, err := n.Do(t.Context(), "PUBSUB", "NUMSUB", lockKey("deaf")+node.ReleasedSuffix)
 		if err != nil {
 			t.Fatal(err)
 		}

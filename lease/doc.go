@@ -10,9 +10,13 @@
 //     that round only (votes carry the round number; older ones are
 //     dropped). N/2+1 grants with positive validity make the lease held; a
 //     quorum that became impossible, or the node timeout, fails the round.
-//  2. A failed round sends Release to all N nodes at once, then waits a
-//     randomized backoff (backingOff) and tries again, until the attempt
-//     budget, the backoff or the caller's context says stop (failing).
+//  2. A failed round sends Release to all N nodes at once. With a Line,
+//     a round that found one other owner on a quorum waits (waiting) for
+//     that owner's release, announced by the nodes (a Wake), or for its
+//     keys to expire, as the refusing nodes said; a split vote draws a
+//     random delay over a few rounds. Otherwise it waits a randomized
+//     backoff (backingOff) and tries again, until the attempt budget, the
+//     backoff or the caller's context says stop (failing).
 //     The Result goes out once the cleanup votes are in, except when the
 //     caller's context ended (Cancel): then at once, the cleanup being
 //     already with the node actors.

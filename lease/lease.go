@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -48,13 +49,13 @@ type Config struct {
 	// it waits for that owner's release (a *Wake) or its keys' expiry.
 	// Rounds it was woken for do not count against Attempts.
 	Line Line
-	// Channel is where this lease's releases are announced to waiters
-	// (node.Release.Channel); "" for none.
-	Channel string
-	// Since is when the caller began to wait, in Unix milliseconds (with a
-	// Line): every node queues a refused waiter by it (node.Acquire.Since),
-	// and release announcements name the next waiter.
-	Since string
+	// Since is when the caller began to wait (with a Line): nodes queue a
+	// refused waiter by it (node.Acquire.Since), and release
+	// announcements name the next waiter. Rounds carry it from the first
+	// refusal on, or from the first round with QueueAtOnce (the resource
+	// is known to be contended).
+	Since       time.Time
+	QueueAtOnce bool
 	// WaitFirst: begin by waiting, for a *Wake or at most NodeTimeout,
 	// before the first round (the engine's next local waiter, when others
 	// wait on the nodes too: all wake to the same announcement).
@@ -229,6 +230,7 @@ type perLease struct {
 	recheck     bool      // a recheck came while a round was out
 	heard       []heard   // releases announced while acquiring
 	ownDigest   string    // the value as announcements name it, made once
+	since       string    // Config.Since as rounds carry it, once queued
 	deferred    bool      // waiting: for a waiter named next to go first
 	waitingFor  string    // waiting: the holder in the way ("": any)
 	wakeAt      WakeCause // waiting: what the alarm means
@@ -281,6 +283,9 @@ func (a *leaseActor) begin(m *begin) {
 		info:  m.cfg.Logger.Enabled(context.Background(), slog.LevelInfo)}
 	if len(a.votes) != len(a.cfg.Nodes) {
 		a.votes = make([]node.Vote, len(a.cfg.Nodes))
+	}
+	if a.cfg.QueueAtOnce {
+		a.queue()
 	}
 	if a.cfg.WaitFirst {
 		a.phase, a.wakeAt = waiting, WakeFallback
@@ -487,7 +492,7 @@ func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
 }
 
 func (a *leaseActor) acquireCmd(r node.Request) node.Command {
-	return &node.Acquire{Request: r, TTL: a.cfg.TTL, FenceKey: a.cfg.FenceKey, Since: a.cfg.Since}
+	return &node.Acquire{Request: r, TTL: a.cfg.TTL, FenceKey: a.cfg.FenceKey, Since: a.since}
 }
 
 func (a *leaseActor) extendCmd(r node.Request) node.Command {
@@ -499,7 +504,7 @@ func (a *leaseActor) releaseCmd(r node.Request) node.Command {
 }
 
 func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
-	return &node.Release{Request: r, TTL: a.cfg.TTL, Channel: a.cfg.Channel, Leave: a.cfg.Since != ""}
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
 }
 
 func (a *leaseActor) leaveCmd(r node.Request) node.Command {
@@ -594,13 +599,14 @@ func (a *leaseActor) roundFailed(cause error) {
 	// One that timed out, or won too late, may hold a quorum.
 	a.cleanUp(cause != nil)
 	if cause == nil && a.cfg.Line != nil && a.cfg.BackOff != nil {
+		a.queue() // contended: the rounds from now on queue
 		switch {
 		case holder != "":
 			a.wait(holder, free)
 			return
 		case split(a.failedVotes):
-			// Waiters woken together split the nodes: each draws again
-			// over twice the round, uncharged, rather than back off
+			// Waiters woken together split the nodes: each draws a new
+			// delay over six rounds, uncharged, rather than back off
 			// exponentially, which would starve whoever lost most.
 			a.phase, a.wakeAt, a.deferred = waiting, WakeSplit, false
 			a.waitingFor = ""
@@ -636,10 +642,11 @@ func (a *leaseActor) roundFailed(cause error) {
 }
 
 // wait waits for holder, who holds a quorum, to release (a *Wake) or for
-// its keys to expire at free (zero: unknown). It wakes at once if a Wake
-// came while the round was out: the release may have come too late for
-// the round to see it. When no Wake can come, or nobody knows when the
-// keys expire, the backoff bounds the wait, and that wake-up is charged.
+// its keys to expire at free (zero: unknown). It looks again at once when
+// a recheck came while the round was out, or when every node that showed
+// holder's key has announced its release since (the round came too
+// early). When no Wake can come, or nobody knows when the keys expire,
+// the backoff bounds the wait, and that wake-up is charged.
 func (a *leaseActor) wait(holder string, free time.Time) {
 	switch {
 	case a.recheck:
@@ -670,12 +677,13 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 }
 
 // onWake acts on a Wake, after noting which node announced whose release.
-// A waiting actor starts a round for a recheck at once, and for the
-// release of the holder it waits on after raceDelay (another owner's
-// release does not free that holder's quorum). One in a round remembers a
-// recheck for when the round fails. One that backs off (after a split
-// vote, or nodes that failed) keeps to its randomized backoff: that is
-// what breaks a split.
+// A waiting actor starts a round at once for a recheck, or when the
+// release names it next; when it names another waiter, it lets that one
+// go first for up to the node timeout; when it names nobody, it races
+// after raceDelay. Another owner's release than the holder's it waits on
+// does not free that holder's quorum, and is ignored. One in a round
+// remembers a recheck for when the round fails. One that backs off (after
+// nodes failed) keeps to its randomized backoff.
 func (a *leaseActor) onWake(m *Wake) {
 	if m.Cause == WakeRelease && m.Holder != "" && m.Node >= 0 {
 		a.hear(m.Holder, m.Node)
@@ -703,6 +711,14 @@ func (a *leaseActor) onWake(m *Wake) {
 		if m.Cause == WakeRecheck {
 			a.recheck = true
 		}
+	}
+}
+
+// queue has the rounds from now on carry Since: refused, they put the
+// lease in the nodes' queues of waiters.
+func (a *leaseActor) queue() {
+	if a.since == "" && !a.cfg.Since.IsZero() {
+		a.since = strconv.FormatInt(a.cfg.Since.UnixMilli(), 10)
 	}
 }
 
@@ -831,7 +847,7 @@ func (a *leaseActor) giveUp(cause error) {
 	if cause == nil {
 		cause = errRefused
 	}
-	if a.cfg.Since != "" && a.attempts > 0 {
+	if a.since != "" {
 		a.send(a.leaveCmd, nil) // out of the queues it may be in
 	}
 	a.phase = failing

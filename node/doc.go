@@ -19,6 +19,9 @@
 //     rest of its batch runs; it is sent again with everything after it,
 //     in order (every command is idempotent).
 //
+// A Watcher, beside the actor and on a connection of its own, hears the
+// releases the release script announces (waiting callers wake on them).
+//
 // A release that got no answer is sent again, first, once the node answers,
 // while its key may live. Receive never waits on Redis: batches and probes
 // run on the node's sender goroutine and report back with a message.

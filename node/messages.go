@@ -63,12 +63,17 @@ type Extend struct {
 type Release struct {
 	Request
 	TTL time.Duration // the longest the key may live from now
-	// Channel, if set, is where a deletion is announced (PUBLISH: Digest
-	// of Value, a space, and the Digest of the next waiter in the queue,
-	// if any), so that waiters for the key wake at once.
-	Channel string
-	Leave   bool // the owner leaves the queue of waiters too
+	// Announce: a deletion is announced on Key+ReleasedSuffix (PUBLISH:
+	// Digest of Value, a space, and the Digest of the next waiter in the
+	// queue, if any), so that waiters for the key wake at once; only
+	// while the key has a queue of waiters (it was contended lately).
+	Announce bool
+	Leave    bool // the owner leaves the queue of waiters too
 }
+
+// ReleasedSuffix makes a lock key's release channel (Release.Announce); it
+// keeps the key's hash tag.
+const ReleasedSuffix = ":released"
 
 // Digest names an owner value as a refused Acquire's Vote.Holder and a
 // release announcement do: its SHA1, in hex.

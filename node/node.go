@@ -140,7 +140,7 @@ type entry struct {
 	queued   time.Time
 	fenceKey string
 	token    uint64
-	channel  string // a release's announcement channel
+	announce bool   // a release to announce
 	leave    bool   // a release that leaves the queue of waiters
 	since    string // an acquire that queues: when its caller began to wait (ms)
 	// silent: a release whose Vote went out unanswered by Redis; it is
@@ -195,7 +195,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:
-		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, channel: m.Channel, leave: m.Leave})
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave})
 	case *sent:
 		a.busy = false
 		a.stats.onWire.Store(0)

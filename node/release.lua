@@ -1,6 +1,6 @@
--- KEYS[1] lock key; ARGV[1] owner value; ARGV[2] the channel to announce
--- the release on, or '' for none; ARGV[3] '1' when the owner also leaves
--- the resource's queue of waiters (see acquire.lua), '' when not.
+-- KEYS[1] lock key; ARGV[1] owner value; ARGV[2] '1' to announce the
+-- release (on <lock key>:released), '' not to; ARGV[3] '1' when the owner
+-- also leaves the resource's queue of waiters (see acquire.lua), '' not.
 -- Deletes the key (1) only if this owner holds it; otherwise leaves it (0).
 -- A deletion is announced while the resource has a queue (it was
 -- contended lately), as "<SHA1 of the value> <SHA1 of the next waiter, or
@@ -18,12 +18,12 @@ if ARGV[3] == '1' and queued then
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= '' and queued then
+  if ARGV[2] == '1' and queued then
     local next = redis.call('ZRANGE', queue, 0, 0)[1]
     if next == nil or next == '~' then
       next = ''
     end
-    redis.pcall('PUBLISH', ARGV[2], (me or redis.sha1hex(ARGV[1])) .. ' ' .. next)
+    redis.pcall('PUBLISH', KEYS[1] .. ':released', (me or redis.sha1hex(ARGV[1])) .. ' ' .. next)
   end
   return 1
 end

@@ -86,7 +86,9 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *
 		args[1] = ttl.format(e.ttl)
 		na = 2
 	case opRelease:
-		args[1] = e.channel
+		if e.announce {
+			args[1] = "1"
+		}
 		if e.leave {
 			args[2] = "1"
 		}

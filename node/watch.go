@@ -25,7 +25,7 @@ type WatchHooks struct {
 }
 
 // Watcher listens on one node for the announcements of releases
-// (Release.Channel) on the channels it is told to watch. It has a
+// (Release.Announce) on the channels it is told to watch. It has a
 // connection of its own (a subscribed connection cannot carry commands),
 // made when the first channel is watched and closed when the last one is
 // unwatched, and it never delays the node actor: an announcement only
