@@ -311,7 +311,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 			return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
 		}
 		cfg.Line, cfg.WaitFirst = t, t.waitFirst
-		cfg.Since, cfg.QueueAtOnce = time.Now(), t.contended() // after the local line: its order is kept
+		cfg.Since, cfg.QueueAtOnce = time.Now(), t.contended // after the local line: its order is kept
 	}
 
 	e.mu.Lock()
@@ -340,7 +340,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
 	}
 	if t != nil {
-		t.holds()
+		t.held.Store(true)
 	}
 	return &Lease{e: e, pid: pid, state: st, resource: resource, value: cfg.Value}, r, nil
 }

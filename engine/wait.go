@@ -91,13 +91,14 @@ type turn struct {
 	ls    *lines
 	line  *line
 	ready chan struct{} // closed when the turn becomes the head
-	// set when the turn becomes the head: wait for the announcement of
-	// the previous lease's release before the first round.
-	waitFirst bool
-	st        *lease.State // the head's lease actor, once started
-	pid       *actor.PID
-	held      bool
-	gone      bool
+	// Set when the turn becomes the head: wait for the announcement of
+	// the previous lease's release before the first round; the line is
+	// watched (its heads were refused by other engines lately).
+	waitFirst, contended bool
+	st                   *lease.State // the head's lease actor, once started
+	pid                  *actor.PID
+	held                 atomic.Bool // its lease is held
+	gone                 bool
 }
 
 func newLines(e *Engine) *lines {
@@ -133,7 +134,7 @@ func (ls *lines) join(resource, key string) *turn {
 	if len(l.turns) > 0 {
 		t.ready = make(chan struct{})
 	} else {
-		t.waitFirst = l.releasing || l.pending || l.next != ""
+		t.waitFirst, t.contended = l.releasing || l.pending || l.next != "", l.watch
 	}
 	l.turns = append(l.turns, t)
 	return t
@@ -243,7 +244,7 @@ func (t *turn) Done(released bool) {
 		delete(ls.byKey, l.key)
 	case i == 0:
 		next := l.turns[0]
-		next.waitFirst = l.releasing || l.next != ""
+		next.waitFirst, next.contended = l.releasing || l.next != "", l.watch
 		close(next.ready)
 	}
 }
@@ -261,21 +262,6 @@ func (ls *lines) forget(l *line) {
 	}
 }
 
-// contended reports whether the resource's line is watched: its heads
-// were refused by other engines lately.
-func (t *turn) contended() bool {
-	t.ls.mu.Lock()
-	defer t.ls.mu.Unlock()
-	return t.line.watch
-}
-
-// holds marks t's lease held, for Stats.
-func (t *turn) holds() {
-	t.ls.mu.Lock()
-	t.held = true
-	t.ls.mu.Unlock()
-}
-
 // released: a node announced a release on channel (hook of a watcher).
 // Every node announces it: the head's actor tells the one that matters
 // (see lease.Wake).
@@ -290,7 +276,7 @@ func (ls *lines) released(i int, channel, msg string) {
 	l.releasing, l.next = false, next
 	switch {
 	case len(l.turns) == 0:
-	case l.turns[0].pid != nil && !l.turns[0].held:
+	case l.turns[0].pid != nil && !l.turns[0].held.Load():
 		ls.wake(l.turns[0], lease.WakeRelease, holder, next, i)
 	default:
 		l.pending = true
@@ -314,7 +300,7 @@ func (ls *lines) watched(i int, channel string, ok bool) {
 	if len(l.turns) == 0 {
 		return
 	}
-	if head := l.turns[0]; recheck && head.pid != nil && !head.held {
+	if head := l.turns[0]; recheck && head.pid != nil && !head.held.Load() {
 		ls.wake(head, lease.WakeRecheck, "", "", -1)
 	}
 }
@@ -336,7 +322,7 @@ func (ls *lines) stats(s *Stats) {
 	ls.mu.Lock()
 	for _, l := range ls.byKey {
 		n := len(l.turns)
-		if n > 0 && l.turns[0].held {
+		if n > 0 && l.turns[0].held.Load() {
 			n--
 		}
 		if n > 0 {
