@@ -683,7 +683,7 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 // after raceDelay. Another owner's release than the holder's it waits on
 // does not free that holder's quorum, and is ignored. One in a round
 // remembers a recheck for when the round fails. One that backs off (after
-// nodes failed) keeps to its randomized backoff.
+// nodes failed) looks again at once.
 func (a *leaseActor) onWake(m *Wake) {
 	if m.Cause == WakeRelease && m.Holder != "" && m.Node >= 0 {
 		a.hear(m.Holder, m.Node)
@@ -707,6 +707,13 @@ func (a *leaseActor) onWake(m *Wake) {
 			a.wakeAt, a.deferred = WakeRelease, false
 			a.setAlarm(time.Now().Add(raceDelay(a.cfg.Line.Len())))
 		}
+	case backingOff:
+		// After nodes failed (a round that timed out under load, say): a
+		// release or the watchers' return is worth a look now rather
+		// than at the end of the backoff. Each node announces a release
+		// once, so this cannot spin.
+		a.clearAlarm()
+		a.startRound(m.Cause)
 	case acquiring, fencing:
 		if m.Cause == WakeRecheck {
 			a.recheck = true
