@@ -60,27 +60,43 @@ func waitWaiting(t *testing.T, e *Engine, resource string) {
 	time.Sleep(50 * time.Millisecond) // the recheck round's refusal
 }
 
-// A waiter on another engine acquires within a second of the holder's
-// release, with a retry schedule that would have it wait ten.
-func TestWaiterWakesOnRelease(t *testing.T) {
-	c := startNodes(t, 5)
-	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
-	held, err := a.Acquire(t.Context(), "wake")
+// holdAndWait has a take resource, and b's Acquire wait for it, with a
+// retry schedule that makes polling useless.
+func holdAndWait(t *testing.T, a, b *Engine, resource string) (*Lease, <-chan acquired) {
+	t.Helper()
+	held, err := a.Acquire(t.Context(), resource)
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, stop := b.Subscribe(16)
-	defer stop()
-	got := acquireAsync(t.Context(), b, "wake", WithRetry(noPolling))
-	waitWaiting(t, b, "wake")
+	got := acquireAsync(t.Context(), b, resource, WithRetry(noPolling))
+	waitWaiting(t, b, resource)
+	return held, got
+}
+
+// releaseWakes releases held and checks that the waiter got acquires
+// within a second of it.
+func releaseWakes(t *testing.T, held *Lease, got <-chan acquired) acquired {
+	t.Helper()
 	released := time.Now()
 	if err := held.Release(t.Context()); err != nil {
-		t.Fatal(err)
+		t.Fatalf("Release: %v", err)
 	}
 	w := await(t, got, 5*time.Second)
 	if d := w.at.Sub(released); d > time.Second {
 		t.Fatalf("acquired %v after the release, want within 1s", d)
 	}
+	return w
+}
+
+// A waiter on another engine acquires within a second of the holder's
+// release, with a retry schedule that would have it wait ten.
+func TestWaiterWakesOnRelease(t *testing.T) {
+	c := startNodes(t, 5)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	events, stop := b.Subscribe(16)
+	defer stop()
+	held, got := holdAndWait(t, a, b, "wake")
+	w := releaseWakes(t, held, got)
 	if s := b.Stats(); s.Wakeups.Release < 1 || s.Waiters != nil {
 		t.Fatalf("stats %+v: want a wake-up by release and nobody waiting", s)
 	}
@@ -229,13 +245,7 @@ func TestWakeWithNodesUnableToNotify(t *testing.T) {
 		}
 	}
 	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
-
-	held, err := a.Acquire(t.Context(), "deaf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireAsync(t.Context(), b, "deaf", WithRetry(noPolling))
-	waitWaiting(t, b, "deaf")
+	held, got := holdAndWait(t, a, b, "deaf")
 	for i, n := range c.Nodes { // b listens on nodes 2-4 only
 		got, err := n.Do(t.Context(), "PUBSUB", "NUMSUB", lockKey("deaf")+node.ReleasedSuffix)
 		if err != nil {
@@ -246,14 +256,7 @@ func TestWakeWithNodesUnableToNotify(t *testing.T) {
 			t.Fatalf("node %d: %v subscribers, want %d", i, subs, want)
 		}
 	}
-	released := time.Now()
-	if err := held.Release(t.Context()); err != nil {
-		t.Fatalf("Release with channels denied on 2 nodes: %v", err)
-	}
-	w := await(t, got, 5*time.Second)
-	if d := w.at.Sub(released); d > time.Second {
-		t.Fatalf("acquired %v after the release, want within 1s", d)
-	}
+	w := releaseWakes(t, held, got)
 	_ = w.l.Release(t.Context())
 
 	const ttl = 1500 * time.Millisecond
@@ -336,12 +339,7 @@ func waitRefused(t *testing.T, events <-chan Event) {
 func TestWaiterWakesAfterWatchersReconnect(t *testing.T) {
 	c := startNodes(t, 3)
 	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
-	held, err := a.Acquire(t.Context(), "reconnect")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := acquireAsync(t.Context(), b, "reconnect", WithRetry(noPolling))
-	waitWaiting(t, b, "reconnect")
+	held, got := holdAndWait(t, a, b, "reconnect")
 	for _, n := range c.Nodes {
 		if _, err := n.Do(t.Context(), "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 			t.Fatal(err)
@@ -351,13 +349,6 @@ func TestWaiterWakesAfterWatchersReconnect(t *testing.T) {
 		return b.Stats().Wakeups.Recheck >= 2
 	})
 	time.Sleep(50 * time.Millisecond)
-	released := time.Now()
-	if err := held.Release(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	w := await(t, got, 5*time.Second)
-	if d := w.at.Sub(released); d > time.Second {
-		t.Fatalf("acquired %v after the release, want within 1s", d)
-	}
+	w := releaseWakes(t, held, got)
 	_ = w.l.Release(t.Context())
 }
