@@ -352,3 +352,34 @@ func TestWaiterWakesAfterWatchersReconnect(t *testing.T) {
 	w := releaseWakes(t, held, got)
 	_ = w.l.Release(t.Context())
 }
+
+// Close ends every wait at once: the head waiting on the nodes and the
+// caller behind it in the engine's line both fail with ErrClosed.
+func TestCloseWhileWaiting(t *testing.T) {
+	c := startNodes(t, 3)
+	a := newEngine(t, c.Addrs())
+	b, err := New(Config{Nodes: c.Addrs()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, head := holdAndWait(t, a, b, "closing")
+	behind := acquireAsync(t.Context(), b, "closing", WithRetry(noPolling))
+	waitFor(t, 5*time.Second, "the second caller in line", func() bool { return b.Stats().Waiters["closing"] == 2 })
+	closed := time.Now()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, got := range []<-chan acquired{head, behind} {
+		select {
+		case w := <-got:
+			if !errors.Is(w.err, ErrClosed) {
+				t.Fatalf("Acquire after Close: %v, want ErrClosed", w.err)
+			}
+			if d := w.at.Sub(closed); d > time.Second {
+				t.Fatalf("Acquire returned %v after Close", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Acquire still waiting 5s after Close")
+		}
+	}
+}
