@@ -69,12 +69,11 @@ type line struct {
 	acks  int
 	on    []bool
 	// releasing: a local lease ended by a release the nodes are
-	// announcing, and no announcement came since; pending: one came while
-	// no head had an actor to wake: the next head wakes to it at once;
-	// next: the waiter the last one named next (another engine's, or a
-	// head of this line), who goes before a new head.
-	releasing, pending bool
-	next               string
+	// announcing, and no announcement came since; next: the waiter the
+	// last one named next (another engine's, or a head of this line), who
+	// goes before a new head.
+	releasing bool
+	next      string
 	// idle: the line is empty, and forgotten (its watch dropped) unless a
 	// caller joins before lineLinger.
 	idle *time.Timer
@@ -134,7 +133,7 @@ func (ls *lines) join(resource, key string) *turn {
 	if len(l.turns) > 0 {
 		t.ready = make(chan struct{})
 	} else {
-		t.waitFirst, t.contended = l.releasing || l.pending || l.next != "", l.watch
+		t.waitFirst, t.contended = l.releasing || l.next != "", l.watch
 	}
 	l.turns = append(l.turns, t)
 	return t
@@ -159,16 +158,17 @@ func (t *turn) await(ctx context.Context, closing <-chan struct{}) error {
 	}
 }
 
-// started tells the line which lease actor runs the head's rounds, and
-// wakes it if it was to wait for an announcement that already came.
+// started tells the line which lease actor runs the head's rounds. A head
+// that was to wait for an announcement that already came (one that came
+// before it had an actor) is told at once what it said.
 func (t *turn) started(st *lease.State, pid *actor.PID) {
 	ls := t.ls
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	t.st, t.pid = st, pid
 	if l := t.line; t.waitFirst && !l.releasing {
-		// What the last announcement said, for a head that came after it.
-		l.pending = false
+		// What the last announcement said, for a head that came after it
+		// (a head still to hear one is woken by it, in released).
 		ls.wake(t, lease.WakeRelease, "", l.next, -1)
 	}
 }
@@ -235,7 +235,6 @@ func (t *turn) Done(released bool) {
 	l.turns = slices.Delete(l.turns, i, i+1)
 	if i == 0 {
 		l.releasing = released && slices.Contains(l.on, true)
-		l.pending = false // what came before is about an earlier holder
 	}
 	switch {
 	case len(l.turns) == 0 && l.watch:
@@ -274,12 +273,8 @@ func (ls *lines) released(i int, channel, msg string) {
 		return
 	}
 	l.releasing, l.next = false, next
-	switch {
-	case len(l.turns) == 0:
-	case l.turns[0].pid != nil && !l.turns[0].held.Load():
+	if len(l.turns) > 0 && l.turns[0].pid != nil && !l.turns[0].held.Load() {
 		ls.wake(l.turns[0], lease.WakeRelease, holder, next, i)
-	default:
-		l.pending = true
 	}
 }
 
