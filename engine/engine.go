@@ -304,6 +304,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 
 	var t *turn
 	if attempts > 1 {
+		joined := time.Now()
 		t = e.lines.join(resource, key)
 		if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 			return nil, lease.Result{}, err
@@ -311,7 +312,10 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 			return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
 		}
 		cfg.Line, cfg.WaitFirst = t, t.waitFirst
-		cfg.Since, cfg.QueueAtOnce = time.Now(), t.contended // after the local line: its order is kept
+		// Queued on the nodes by when it joined the line, not when it
+		// became the head: callers of every engine go in the order
+		// they came, not engines in turn.
+		cfg.Since, cfg.QueueAtOnce = joined, t.contended
 	}
 
 	e.mu.Lock()

@@ -56,8 +56,10 @@ type Config struct {
 	// is known to be contended).
 	Since       time.Time
 	QueueAtOnce bool
-	// WaitFirst: begin by waiting, for a *Wake or at most NodeTimeout,
-	// before the first round (the engine's next local waiter, when others
+	// WaitFirst: begin by waiting, for a *Wake or at most
+	// NodeTimeout/YieldDivisor,
+	// before the first round (queued on the nodes at once with
+	// QueueAtOnce) (the engine's next local waiter, when others
 	// wait on the nodes too: all wake to the same announcement).
 	WaitFirst bool
 
@@ -95,6 +97,12 @@ type Line interface {
 // the waiters of several engines (tens of microseconds on a LAN), so that
 // the order of their subscriptions does not decide who wins.
 const WakeJitter = 500 * time.Microsecond
+
+// YieldDivisor: a waiter that a release did not name (another waiter is
+// next), or that waits to hear a release, gives it a tenth of the node
+// timeout (5ms by default: a few rounds under load) before it races; a
+// release heard meanwhile moves it on.
+const YieldDivisor = 10
 
 // raceDelay is how long the head of a line of n waits before the round a
 // release woke. Every engine's heads hear the release at once, in the
@@ -288,8 +296,13 @@ func (a *leaseActor) begin(m *begin) {
 		a.queue()
 	}
 	if a.cfg.WaitFirst {
+		if a.since != "" {
+			// Take its place among the waiters at once, so that the
+			// release it waits for can name it, in its turn.
+			a.send(a.queueCmd, nil)
+		}
 		a.phase, a.wakeAt = waiting, WakeFallback
-		a.setAlarm(time.Now().Add(a.cfg.NodeTimeout))
+		a.setAlarm(time.Now().Add(a.cfg.NodeTimeout / YieldDivisor))
 		return
 	}
 	a.startRound(0)
@@ -507,6 +520,10 @@ func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
 	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
 }
 
+func (a *leaseActor) queueCmd(r node.Request) node.Command {
+	return &node.Queue{Request: r, Since: a.since, TTL: a.cfg.TTL}
+}
+
 func (a *leaseActor) leaveCmd(r node.Request) node.Command {
 	return &node.Release{Request: r, TTL: a.cfg.TTL, Leave: true}
 }
@@ -698,9 +715,9 @@ func (a *leaseActor) onWake(m *Wake) {
 			// Another owner's release does not free the holder's quorum.
 		case m.Next != "":
 			// Another waiter is named next: let it go first. Race only
-			// if no release comes by the node timeout (it may have gone).
+			// if no release comes meanwhile (it may have gone).
 			a.wakeAt, a.deferred = WakeRelease, true
-			a.setAlarm(time.Now().Add(a.cfg.NodeTimeout))
+			a.setAlarm(time.Now().Add(a.cfg.NodeTimeout / YieldDivisor))
 		case a.wakeAt == WakeRelease && !a.deferred, a.wakeAt == WakeSplit:
 			// The race is set.
 		default:

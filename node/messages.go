@@ -24,7 +24,7 @@ type Request struct {
 
 func (r *Request) request() *Request { return r }
 
-// Command is sealed: *Acquire, *Fence, *Extend and *Release. A node actor
+// Command is sealed: *Acquire, *Fence, *Queue, *Extend and *Release. A node actor
 // only reads a command, so one message may go to every node of a round.
 type Command interface{ request() *Request }
 
@@ -48,6 +48,15 @@ type Fence struct {
 	Request
 	FenceKey string
 	Token    uint64
+}
+
+// Queue puts Value in Key's queue of waiters, by Since, as a refused
+// Acquire with Since does, without asking for the key: Granted. TTL is
+// the lease's, which the queue outlives twice.
+type Queue struct {
+	Request
+	Since string
+	TTL   time.Duration
 }
 
 // Extend asks the node to reset Key's TTL if Value still holds it.

@@ -127,6 +127,7 @@ const (
 	opRelease
 	opAcquireFenced
 	opFence
+	opQueue
 )
 
 // acquires: refused while the node is quarantined.
@@ -192,6 +193,8 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		}
 	case *Fence:
 		a.enqueue(entry{op: opFence, req: &m.Request, fenceKey: m.FenceKey, token: m.Token})
+	case *Queue:
+		a.enqueue(entry{op: opQueue, req: &m.Request, ttl: m.TTL, since: m.Since})
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:

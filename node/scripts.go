@@ -23,6 +23,8 @@ var (
 	fenceLua string
 	//go:embed epoch.lua
 	epochLua string
+	//go:embed queue.lua
+	queueLua string
 )
 
 // script is a Lua script sent by SHA, and in full when the node's script
@@ -44,6 +46,7 @@ var scripts = [...]script{
 
 	opAcquireFenced: newScript(acquireFencedLua),
 	opFence:         newScript(fenceLua),
+	opQueue:         newScript(queueLua),
 }
 
 // millis formats TTLs in milliseconds, remembering the last: nearly every
@@ -92,6 +95,10 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *
 		if e.leave {
 			args[2] = "1"
 		}
+		na = 3
+	case opQueue:
+		args[1] = e.since
+		args[2] = ttl.format(e.ttl)
 		na = 3
 	case opFence:
 		keys[1] = e.fenceKey
