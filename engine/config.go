@@ -64,6 +64,15 @@ const (
 	// DownProbeDivisor: a node that is down is probed every
 	// HealthInterval/DownProbeDivisor (5: five times as often as when up).
 	DownProbeDivisor = node.DownProbeDivisor
+	// YieldDivisor: a waiting Acquire that a release did not name next
+	// lets the one it named go first for NodeTimeout/YieldDivisor (10: 5ms
+	// by default) before it races, unless another release comes first.
+	YieldDivisor = lease.YieldDivisor
+	// WakeJitter bounds the random delay of the waiters a release woke
+	// without naming any: larger than the spread of its delivery to
+	// several engines, so that the order they subscribed in does not
+	// decide who wins.
+	WakeJitter = lease.WakeJitter
 )
 
 // Config configures an Engine. The zero value of every field but Nodes

@@ -351,9 +351,13 @@ func TestReadmeQuotesProtocolConstants(t *testing.T) {
 		{"ExtendRetryDivisor", ExtendRetryDivisor},
 		{"NodeDownAfterFailures", NodeDownAfterFailures},
 		{"DownProbeDivisor", DownProbeDivisor},
+		{"YieldDivisor", YieldDivisor},
 	} {
 		if row := fmt.Sprintf("| `%s` | %d |", c.name, c.value); !strings.Contains(string(readme), row) {
 			t.Errorf("README.md has no row %q", row)
 		}
+	}
+	if row := fmt.Sprintf("| `WakeJitter` | %v |", WakeJitter); !strings.Contains(string(readme), row) {
+		t.Errorf("README.md has no row %q", row)
 	}
 }
