@@ -471,15 +471,18 @@ func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to 
 }
 
 // releaseAll sends release to every node, in a round of its own: a key of
-// the lease may be on any of them. Deletions are announced to waiters.
-func (a *leaseActor) releaseAll() { a.send(a.announcedReleaseCmd, nil) }
+// the lease may be on any of them. Deletions are announced to waiters, and
+// the lease leaves the queues of waiters it may still be in: it is done
+// acquiring.
+func (a *leaseActor) releaseAll() { a.send(a.finalReleaseCmd, nil) }
 
 // cleanUp deletes a failed acquire round's keys on every node, as
 // releaseAll does: a grant may be on its way from any of them; announce:
-// announce the deletions.
+// announce the deletions. The lease keeps its place in the queues of
+// waiters: it may go on acquiring (giveUp leaves them).
 func (a *leaseActor) cleanUp(announce bool) {
 	if announce {
-		a.releaseAll()
+		a.send(a.announcedReleaseCmd, nil)
 	} else {
 		a.send(a.releaseCmd, nil)
 	}
@@ -517,6 +520,10 @@ func (a *leaseActor) releaseCmd(r node.Request) node.Command {
 }
 
 func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true}
+}
+
+func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
 }
 
