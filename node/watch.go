@@ -103,7 +103,7 @@ func (w *Watcher) Close() {
 // drop, and watches every channel again on the new connection.
 func (w *Watcher) loop() {
 	defer close(w.stopped)
-	want := make(map[string]bool)
+	want := make(map[string]bool) // the channels to watch: whether they are
 	var s *subscriber
 	defer func() {
 		if s != nil {
@@ -130,7 +130,7 @@ func (w *Watcher) loop() {
 				if s = w.dial(); s == nil {
 					redial.Reset(redialEvery)
 				} else {
-					w.subscribe(s, keys(want))
+					w.subscribe(s, keys(want), want)
 				}
 			}
 			continue
@@ -144,13 +144,14 @@ func (w *Watcher) loop() {
 		}
 		var added []string
 		for _, op := range ops {
+			watched, wanted := want[op.channel]
 			switch {
-			case op.watch && !want[op.channel]:
-				want[op.channel] = true
+			case op.watch && !wanted:
+				want[op.channel] = false
 				added = append(added, op.channel)
-			case op.watch: // already watched: say so again
-				w.hooks.Watched(op.channel, s != nil)
-			case want[op.channel]:
+			case op.watch: // wanted already: say so again
+				w.hooks.Watched(op.channel, s != nil && watched)
+			case wanted:
 				delete(want, op.channel)
 				if s != nil {
 					s.do(w.timeout, s.client.B().Unsubscribe().Channel(op.channel).Build())
@@ -168,13 +169,13 @@ func (w *Watcher) loop() {
 			}
 			added = keys(want)
 		}
-		w.subscribe(s, added)
+		w.subscribe(s, added, want)
 	}
 }
 
-// subscribe watches channels on s, telling Watched of each; with s nil
-// (no connection) each is not watched.
-func (w *Watcher) subscribe(s *subscriber, channels []string) {
+// subscribe watches channels on s, notes in want whether it did and tells
+// Watched of each; with s nil (no connection) each is not watched.
+func (w *Watcher) subscribe(s *subscriber, channels []string, want map[string]bool) {
 	if len(channels) == 0 {
 		return
 	}
@@ -183,6 +184,7 @@ func (w *Watcher) subscribe(s *subscriber, channels []string) {
 		ok = s.do(w.timeout, s.client.B().Subscribe().Channel(channels...).Build()) == nil
 	}
 	for _, ch := range channels {
+		want[ch] = ok
 		w.hooks.Watched(ch, ok)
 	}
 }
