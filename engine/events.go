@@ -10,13 +10,15 @@ import (
 )
 
 // EventKind says what happened to a lease: Acquired, Extended,
-// ExtendFailed, Lost, Released or Expired.
+// ExtendFailed, Lost, Released or Expired; or to an Acquire that waits for
+// one: Waiting, Woken.
 type EventKind = lease.EventKind
 
 // Event is one step in a lease's life: its Kind, the Resource, the fencing
 // Token (0 without fencing), the validity deadline Until after the event,
 // and Err, the cause of ExtendFailed and of the terminal kinds (for a
-// failed extension an *ExtendError naming each node's answer).
+// failed extension an *ExtendError naming each node's answer), and for
+// Woken the Wake cause.
 type Event = lease.Event
 
 // The kinds of events. Lost, Released and Expired are terminal: a lease
@@ -28,6 +30,13 @@ const (
 	Lost         = lease.Lost
 	Released     = lease.Released
 	Expired      = lease.Expired
+	// Waiting and Woken are about an Acquire, not a lease: they go to
+	// the engine's subscriptions only (Subscribe), never on a lease's
+	// channel. Waiting: the call waits, behind a local caller or for
+	// another owner's release (Until: when its keys expire, if known).
+	// Woken: it starts a round after waiting (Event.Wake says why).
+	Waiting = lease.Waiting
+	Woken   = lease.Woken
 )
 
 // hub fans the events of every lease out to the engine's subscribers. It

@@ -28,13 +28,6 @@ const (
 	WakeSplit    = lease.WakeSplit    // waiters that woke together split the nodes: each draws a new delay
 )
 
-// Waiting and Woken are events about an Acquire, on the engine's
-// subscriptions only.
-const (
-	Waiting = lease.Waiting
-	Woken   = lease.Woken
-)
-
 // Wakeups counts the rounds that waiting Acquire calls started, by cause.
 type Wakeups struct {
 	Release, Expiry, Fallback, Recheck, Split uint64
