@@ -304,18 +304,17 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 
 	var t *turn
 	if attempts > 1 {
-		joined := time.Now()
-		t = e.lines.join(resource, key)
+		t = e.lines.join(resource, key, cfg.Value, o.ttl)
 		if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 			return nil, lease.Result{}, err
 		} else if err != nil {
 			return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
 		}
-		cfg.Line, cfg.WaitFirst = t, t.waitFirst
+		cfg.Line, cfg.WaitFirst, cfg.Queued = t, t.waitFirst, t.queued
 		// Queued on the nodes by when it joined the line, not when it
 		// became the head: callers of every engine go in the order
 		// they came, not engines in turn.
-		cfg.Since, cfg.QueueAtOnce = joined, t.contended
+		cfg.Since, cfg.QueueAtOnce = t.since, t.contended
 	}
 
 	e.mu.Lock()

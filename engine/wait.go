@@ -82,11 +82,17 @@ const lineLinger = time.Second
 type turn struct {
 	ls    *lines
 	line  *line
+	since time.Time     // when the caller joined the line
+	value string        // its lease's owner value
+	ttl   time.Duration // its lease's TTL
 	ready chan struct{} // closed when the turn becomes the head
 	// Set when the turn becomes the head: wait for the announcement of
 	// the previous lease's release before the first round; the line is
 	// watched (its heads were refused by other engines lately).
 	waitFirst, contended bool
+	// queued: the previous lease's release put it in the nodes' queues
+	// of waiters (Successor).
+	queued bool
 	st                   *lease.State // the head's lease actor, once started
 	pid                  *actor.PID
 	held                 atomic.Bool // its lease is held
@@ -110,7 +116,8 @@ func newLines(e *Engine) *lines {
 // comes right after a local release that other engines' waiters are
 // about to hear of waits to hear of it too: racing ahead of them would
 // starve them.
-func (ls *lines) join(resource, key string) *turn {
+func (ls *lines) join(resource, key, value string, ttl time.Duration) *turn {
+	since := time.Now()
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l := ls.byKey[key]
@@ -122,7 +129,7 @@ func (ls *lines) join(resource, key string) *turn {
 		l.idle.Stop()
 		l.idle = nil
 	}
-	t := &turn{ls: ls, line: l}
+	t := &turn{ls: ls, line: l, since: since, value: value, ttl: ttl}
 	if len(l.turns) > 0 {
 		t.ready = make(chan struct{})
 	} else {
@@ -214,6 +221,19 @@ func (t *turn) Len() int {
 	return len(t.line.turns)
 }
 
+// Successor implements lease.Line.
+func (t *turn) Successor() (since time.Time, value string, ok bool) {
+	ls, l := t.ls, t.line
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if len(l.turns) < 2 || l.turns[0] != t {
+		return time.Time{}, "", false
+	}
+	s := l.turns[1]
+	s.queued = true
+	return s.since, s.value, true
+}
+
 // Done implements lease.Line, and leaves the line for a caller whose
 // context ended first: the next in line becomes the head.
 func (t *turn) Done(released bool) {
@@ -224,6 +244,14 @@ func (t *turn) Done(released bool) {
 		return
 	}
 	t.gone = true
+	if t.queued && t.pid == nil {
+		// A release queued it on the nodes, and it leaves before it had
+		// a lease actor to take itself out: nobody would.
+		r := node.Request{Key: l.key, Value: t.value}
+		for _, pid := range ls.e.pids {
+			ls.e.system.Root.Send(pid, &node.Release{Request: r, TTL: t.ttl, Leave: true})
+		}
+	}
 	i := slices.Index(l.turns, t)
 	l.turns = slices.Delete(l.turns, i, i+1)
 	if i == 0 {

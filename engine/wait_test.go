@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -311,6 +312,80 @@ func TestWaitersAcrossEnginesInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = await(t, got2, 5*time.Second).l.Release(t.Context())
+	}
+}
+
+// A caller waiting in its engine's line behind a holder keeps its place
+// among the other engines' waiters: the holder's release queues it on the
+// nodes before naming the next waiter, so it goes before a remote waiter
+// who came later, and leaves nothing in the nodes' queues behind; whether
+// its engine's line is watched (its heads waited for other engines
+// lately) or not.
+func TestLocalSuccessorKeepsItsPlace(t *testing.T) {
+	for _, watched := range []bool{true, false} {
+		t.Run(fmt.Sprintf("watched=%v", watched), func(t *testing.T) { testLocalSuccessor(t, watched) })
+	}
+}
+
+func testLocalSuccessor(t *testing.T, watched bool) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	var held *Lease
+	if watched { // once its head waited for b's lease
+		first, got := holdAndWait(t, b, a, "succ")
+		held = releaseWakes(t, first, got).l
+	} else {
+		var err error
+		if held, err = a.Acquire(t.Context(), "succ"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, stop := a.Subscribe(64)
+	defer stop()
+	local := acquireAsync(t.Context(), a, "succ", WithRetry(noPolling))
+	waitFor(t, 5*time.Second, "the local caller in line", func() bool { return a.Stats().Waiters["succ"] == 1 })
+	time.Sleep(5 * time.Millisecond) // a later millisecond to queue by
+	evB, stopB := b.Subscribe(64)
+	remote := acquireAsync(t.Context(), b, "succ", WithRetry(noPolling))
+	waitRefused(t, evB)
+	stopB()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var w acquired
+	select {
+	case w = <-local:
+	case r := <-remote:
+		t.Fatalf("the remote waiter, who came later, went first (%v)", r.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("nobody acquired within 5s")
+	}
+	if w.err != nil {
+		t.Fatal(w.err)
+	}
+	for ev := range events {
+		if ev.Kind == Woken || ev.Kind == Acquired {
+			if watched && ev.Wake != WakeRelease {
+				t.Fatalf("the local caller: %v, want woken by the release", ev)
+			}
+			break
+		}
+	}
+	if err := w.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := await(t, remote, 5*time.Second).l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	key := a.cfg.lockKey("succ") + ":queue"
+	for i, n := range c.Nodes {
+		got, err := n.Do(t.Context(), "ZRANGE", key, "0", "-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := fmt.Sprint(got); s != "[~]" {
+			t.Fatalf("node %d's queue of waiters is %s after everyone left, want only its end mark", i, s)
+		}
 	}
 }
 

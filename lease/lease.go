@@ -62,6 +62,9 @@ type Config struct {
 	// QueueAtOnce) (the engine's next local waiter, when others
 	// wait on the nodes too: all wake to the same announcement).
 	WaitFirst bool
+	// Queued: the previous lease's release put this one in the nodes'
+	// queues of waiters already (Line.Successor): it need not queue itself.
+	Queued bool
 
 	Addrs []string      // the nodes' addresses, in Nodes order, for errors
 	Reply chan<- Result // buffered 1; receives exactly one Result
@@ -90,6 +93,11 @@ type Line interface {
 	// held lease ended (released: by a release, which is announced). It
 	// may be called more than once.
 	Done(released bool)
+	// Successor is the caller after this one in the line, if any, for the
+	// held lease's release to put in the nodes' queues of waiters
+	// (node.Release.Successor): since is when it began to wait, value its
+	// owner value. Called once, as the release is sent.
+	Successor() (since time.Time, value string, ok bool)
 }
 
 // WakeJitter bounds the random delay between hearing a release and the
@@ -292,11 +300,11 @@ func (a *leaseActor) begin(m *begin) {
 	if len(a.votes) != len(a.cfg.Nodes) {
 		a.votes = make([]node.Vote, len(a.cfg.Nodes))
 	}
-	if a.cfg.QueueAtOnce {
+	if a.cfg.QueueAtOnce || a.cfg.Queued {
 		a.queue()
 	}
 	if a.cfg.WaitFirst {
-		if a.since != "" {
+		if a.since != "" && !a.cfg.Queued {
 			// Take its place among the waiters at once, so that the
 			// release it waits for can name it, in its turn.
 			a.send(a.queueCmd, nil)
@@ -525,6 +533,15 @@ func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
 
 func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
+}
+
+// handOffCmd is finalReleaseCmd that queues the caller next in line too.
+func (a *leaseActor) handOffCmd(r node.Request) node.Command {
+	c := &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
+	if since, value, ok := a.cfg.Line.Successor(); ok {
+		c.Successor, c.SuccessorSince = node.Digest(value), strconv.FormatInt(since.UnixMilli(), 10)
+	}
+	return c
 }
 
 func (a *leaseActor) queueCmd(r node.Request) node.Command {
@@ -948,7 +965,11 @@ func (a *leaseActor) onRelease(m *Release) {
 		m.Reply <- ReleaseResult{Err: a.state.Err()}
 		return
 	}
-	a.releaseAll()
+	if a.cfg.Line != nil {
+		a.send(a.handOffCmd, nil) // releaseAll, queueing the next caller
+	} else {
+		a.releaseAll()
+	}
 	a.end(ErrReleased)
 	a.phase, a.release = releasing, m.Reply
 }

@@ -19,7 +19,7 @@ type Request struct {
 	Key     string
 	Value   string     // the lease owner's random value
 	Round   uint64     // echoed in the Vote so the sender can drop stale ones
-	ReplyTo *actor.PID // receives exactly one *Vote
+	ReplyTo *actor.PID // receives exactly one *Vote; nil: nobody waits for it
 }
 
 func (r *Request) request() *Request { return r }
@@ -78,6 +78,13 @@ type Release struct {
 	// while the key has a queue of waiters (it was contended lately).
 	Announce bool
 	Leave    bool // the owner leaves the queue of waiters too
+	// Successor, if set, is the caller next in the owner's engine's line
+	// for Key (its value's Digest), waiting since SuccessorSince (Unix
+	// milliseconds): the release puts it in the queue of waiters, as its
+	// refused Acquire would, before naming the next waiter, so that it is
+	// named in its turn without a command of its own. Only while the key
+	// has a queue.
+	Successor, SuccessorSince string
 }
 
 // ReleasedSuffix makes a lock key's release channel (Release.Announce); it

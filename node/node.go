@@ -143,7 +143,10 @@ type entry struct {
 	token    uint64
 	announce bool   // a release to announce
 	leave    bool   // a release that leaves the queue of waiters
-	since    string // an acquire that queues: when its caller began to wait (ms)
+	// since: an acquire that queues, when its caller began to wait (ms);
+	// a release with a successor, when the successor did.
+	since     string
+	successor string // a release's Release.Successor
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
 	silent bool
@@ -198,7 +201,8 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:
-		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave})
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave,
+			successor: m.Successor, since: m.SuccessorSince})
 	case *sent:
 		a.busy = false
 		a.stats.onWire.Store(0)
@@ -506,6 +510,9 @@ func (a *nodeActor) replyQuarantined(e *entry, now, until time.Time) {
 
 // answer sends v, from this node and for e's round, to e's sender.
 func (a *nodeActor) answer(e *entry, v Vote) {
+	if e.req.ReplyTo == nil {
+		return // nobody waits for it (see Release)
+	}
 	p := votes.Get().(*Vote)
 	*p = v
 	p.Node, p.Round = a.cfg.Index, e.req.Round

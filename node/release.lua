@@ -1,6 +1,10 @@
 -- KEYS[1] lock key; ARGV[1] owner value; ARGV[2] '1' to announce the
 -- release (on <lock key>:released), '' not to; ARGV[3] '1' when the owner
--- also leaves the resource's queue of waiters (see acquire.lua), '' not.
+-- also leaves the resource's queue of waiters (see acquire.lua), '' not;
+-- optionally ARGV[4] when the owner's successor (the next caller in its
+-- engine's line) began to wait (milliseconds), ARGV[5] the SHA1 of its
+-- value, ARGV[6] the TTL in milliseconds: the successor joins the queue
+-- first, as its refused acquire would, so the announcement can name it.
 -- Deletes the key (1) only if this owner holds it; otherwise leaves it (0).
 -- A deletion is announced while the resource has a queue (it was
 -- contended lately), as "<SHA1 of the value> <SHA1 of the next waiter, or
@@ -15,6 +19,12 @@ local me = nil
 if ARGV[3] == '1' and queued then
   me = redis.sha1hex(ARGV[1])
   redis.call('ZREM', queue, me)
+end
+if ARGV[4] and queued then
+  redis.call('ZADD', queue, 'NX', ARGV[4], ARGV[5])
+  if redis.call('PTTL', queue) < 2 * tonumber(ARGV[6]) then
+    redis.call('PEXPIRE', queue, 2 * tonumber(ARGV[6]))
+  end
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])

@@ -71,7 +71,7 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *
 	s := &scripts[e.op]
 	var (
 		keys   = [3]string{e.req.Key}
-		args   = [4]string{e.req.Value}
+		args   = [6]string{e.req.Value}
 		nk, na = 1, 1 // keys and args used
 	)
 	switch e.op {
@@ -96,6 +96,10 @@ func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *
 			args[2] = "1"
 		}
 		na = 3
+		if e.successor != "" {
+			args[3], args[4], args[5] = e.since, e.successor, ttl.format(e.ttl)
+			na = 6
+		}
 	case opQueue:
 		args[1] = e.since
 		args[2] = ttl.format(e.ttl)
