@@ -125,7 +125,7 @@ func tunedHelp() string {
 // rueidis' defaults; client-side caching is off either way (locks never
 // read cached values), except where a lock client needs it.
 func rueidisOption(addr string, tuned bool, nodes int) rueidis.ClientOption {
-	opt := rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true}
+	opt := rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, DialCtxFn: countRueidis}
 	if tuned {
 		opt.PipelineMultiplex, opt.MaxFlushDelay = tunedMultiplex, flushDelay(nodes)
 	}
@@ -170,7 +170,7 @@ func newLocker(name string, addrs []string) (locker, error) {
 type redleaseLocker struct{ e *engine.Engine }
 
 func newRedlease(addrs []string) (*redleaseLocker, error) {
-	e, err := engine.New(engine.Config{Nodes: addrs, TTL: lockTTL})
+	e, err := engine.New(engine.Config{Nodes: addrs, TTL: lockTTL, Client: rueidis.ClientOption{DialCtxFn: countRueidis}})
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +237,7 @@ func newRedsyncRueidis(addrs []string, tuned bool) (*redsyncLocker, error) {
 // newGoRedis is a go-redis client for addr with default options, pinged:
 // go-redis dials lazily, and a dead node should fail here, not in the run.
 func newGoRedis(addr string) (*goredis.Client, error) {
-	c := goredis.NewClient(&goredis.Options{Addr: addr})
+	c := goredis.NewClient(&goredis.Options{Addr: addr, Dialer: countGoRedis})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := c.Ping(ctx).Err(); err != nil {

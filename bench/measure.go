@@ -145,6 +145,7 @@ type snapshot struct {
 	// counted in its own reading, so a run's difference counts one INFO
 	// per node, the one of the snapshot before it.
 	commands int64
+	sent     int64 // commands the clients wrote (wire.go)
 }
 
 // take reads the counters. The admin INFO calls write to sockets too, so
@@ -168,6 +169,7 @@ func takeAfter(ctx context.Context, a *admin) (snapshot, error) {
 
 func (s *snapshot) own() error {
 	var err error
+	s.sent = sent.Load()
 	if s.client, err = clientCPU(); err != nil {
 		return err
 	}

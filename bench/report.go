@@ -43,8 +43,12 @@ type Result struct {
 
 	ClientCPU float64 `json:"client_cpu_us_per_cycle"` // getrusage, whole process
 	ServerCPU float64 `json:"server_cpu_us_per_cycle"` // INFO cpu, all live nodes
+	// Commands is the commands the client sent the nodes per cycle, as
+	// they went on the wire (a script is one), retries, cleanups and
+	// health probes included.
+	Commands float64 `json:"commands_per_cycle"`
 	// NodeCommands is the commands the live nodes ran per cycle (INFO
-	// stats), retries, cleanups and health probes included.
+	// stats): Commands, the calls inside scripts, and one INFO per node.
 	NodeCommands float64 `json:"node_commands_per_cycle"`
 	// WriteSyscalls is from /proc/self/io; -1 where that is unreadable.
 	WriteSyscalls float64 `json:"write_syscalls_per_cycle"`
@@ -136,6 +140,7 @@ func (res *Result) costs(before, after snapshot, progressWrites int64) {
 	}
 	res.ClientCPU = perCycle(float64(after.client-before.client) / float64(time.Microsecond))
 	res.ServerCPU = perCycle(float64(after.server-before.server) / float64(time.Microsecond))
+	res.Commands = perCycle(float64(after.sent - before.sent))
 	res.NodeCommands = perCycle(float64(after.commands - before.commands))
 	res.WriteSyscalls = -1
 	if before.writes >= 0 && after.writes >= 0 {
@@ -196,13 +201,13 @@ func printTable(w io.Writer, results []Result) {
 }
 
 func printCompareTable(w io.Writer, results []Result) {
-	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %7s %8s %8s %5s\n"
-	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %7.1f %8s %8s %5s\n"
-	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process) and cmds (commands the nodes ran, a script's calls included) per acquire+release cycle;")
+	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %6s %7s %8s %8s %5s\n"
+	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %6.1f %7.1f %8s %8s %5s\n"
+	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process), cmds (commands the client sent, a script one) and calls (commands the nodes ran, a script's calls included) per acquire+release cycle;")
 	fmt.Fprintln(w, "contended (workers spread over -instances client instances): hand = hand-off from one holder's Release to another's acquire returning;")
 	fmt.Fprintln(w, "fair = fewest acquisitions of a worker / mean")
 	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
-		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "cmds", "hand p50", "hand p99", "fair")
+		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "cmds", "calls", "hand p50", "hand p99", "fair")
 	for _, r := range results {
 		h50, h99, fair := "-", "-", "-"
 		if r.HandoffP50 != nil && r.Handoffs != nil && *r.Handoffs > 0 {
@@ -212,7 +217,7 @@ func printCompareTable(w io.Writer, results []Result) {
 			fair = fmt.Sprintf("%.2f", *r.Fairness)
 		}
 		fmt.Fprintf(w, rowFmt, clientLabel(r.Client), r.Workload, r.Nodes, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
-			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, r.NodeCommands, h50, h99, fair)
+			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, r.Commands, r.NodeCommands, h50, h99, fair)
 	}
 	if slices.ContainsFunc(results, func(r Result) bool { return singleNode[r.Client] }) {
 		fmt.Fprintln(w, singleNodeNote)
