@@ -20,7 +20,7 @@ if ARGV[3] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[3] then
 end
 local queue = KEYS[1] .. ':queue'
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[4] ~= '' and redis.call('EXISTS', queue) == 1 then
+  if ARGV[4] ~= '' then
     redis.call('ZREM', queue, redis.sha1hex(ARGV[1]))
   end
   return 1

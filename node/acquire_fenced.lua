@@ -24,7 +24,7 @@ if not granted then
     return {0, redis.call('PTTL', KEYS[1]), redis.sha1hex(holder)}
   end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-elseif ARGV[4] ~= '' and redis.call('EXISTS', queue) == 1 then
+elseif ARGV[4] ~= '' then
   redis.call('ZREM', queue, redis.sha1hex(ARGV[1]))
 end
 local now = redis.call('TIME')
