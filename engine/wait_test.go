@@ -389,6 +389,34 @@ func testLocalSuccessor(t *testing.T, watched bool) {
 	}
 }
 
+// A waiter that a release names leaves the queue: one that is gone (its
+// engine died while it waited) is named once, and the others, who let it
+// go first, are not held up again at every release after.
+func TestGoneWaiterNamedOnce(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	held, got := holdAndWait(t, a, b, "gone")
+	key, gone := a.cfg.lockKey("gone")+":queue", strings.Repeat("f", 40)
+	for _, n := range c.Nodes { // queued before everyone, then died
+		if _, err := n.Do(t.Context(), "ZADD", key, "1", gone); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := releaseWakes(t, held, got)
+	for i, n := range c.Nodes {
+		rank, err := n.Do(t.Context(), "ZRANK", key, gone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rank != nil {
+			t.Fatalf("node %d: the gone waiter is still queued (rank %v) after a release named it", i, rank)
+		}
+	}
+	if err := w.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitRefused waits until a caller's round was refused by the holder (a
 // Waiting event that knows when its keys expire), and then for the round
 // that looks again once the watchers listen, if there is one.

@@ -10,7 +10,11 @@
 -- contended lately), as "<SHA1 of the value> <SHA1 of the next waiter, or
 -- nothing>": the value as a refused acquire names the holder, the next
 -- waiter as the queue orders them, so waiters wake at once and the next
--- one goes first. An uncontended release costs one EXISTS more. pcall,
+-- one goes first. The waiter named leaves the queue: it goes at once, and
+-- a refusal puts it back in its place (by when it began to wait), but one
+-- that is gone (its engine died) is named once, not by every release
+-- while the resource stays contended. An uncontended release costs one
+-- EXISTS more. pcall,
 -- since a server may deny PUBLISH (an ACL without channels): the release
 -- stands.
 local queue = KEYS[1] .. ':queue'
@@ -32,6 +36,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
     local next = redis.call('ZRANGE', queue, 0, 0)[1]
     if next == nil or next == '~' then
       next = ''
+    else
+      redis.call('ZREM', queue, next)
     end
     redis.pcall('PUBLISH', KEYS[1] .. ':released', (me or redis.sha1hex(ARGV[1])) .. ' ' .. next)
   end
