@@ -88,8 +88,8 @@ Workloads:
                client instance w mod -instances: engines apart, as services
                run one per process); a cycle is an acquire with the client's
                own retries (redlease Acquire, redsync Lock, rueidislock
-               WithContext, raw and redislock: redlease's default schedule)
-               plus release.
+               WithContext, raw and redislock: redlease's default schedule),
+               a hold of -hold (default none), and the release.
                Also reports hand-offs, changes of holder: their count, and
                their latency from a holder's call to Release to the next
                holder's (another worker's) acquire returning; and fairness,
@@ -184,6 +184,7 @@ func mainCode() int {
 	resources := fs.Int("resources", 0, "resources per run for every workload (default 1000 for uncontended and degraded, 4 for contended)")
 	workloadFlag := fs.String("workload", strings.Join(defaultWorkloads, ","), "comma-separated workloads: "+strings.Join(workloadNames, ", ")+" (held: redlease only;\ndegraded: not with -nodes; held and degraded run on the largest node count only)")
 	leasesFlag := fs.Int("leases", 10000, "leases held at once in the held workload")
+	hold := fs.Duration("hold", 0, "how long each holder of a contended run keeps the lock before releasing it")
 	instances := fs.Int("instances", defaultInstances, "client instances (engines, for redlease) a contended run spreads its workers over,\nworker w on instance w mod N, as services run one per process")
 	clientsFlag := fs.String("clients", strings.Join(clientNames, ","), "comma-separated clients")
 	jsonPath := fs.String("json", "", "write the results to `FILE` as a JSON array")
@@ -261,13 +262,16 @@ func mainCode() int {
 		}
 		fmt.Fprintf(os.Stderr, "bench: note: the single-Redis locks (%s) run only %s\n", strings.Join(single, ", "), where)
 	}
+	if *hold < 0 {
+		return usageError(fs, fmt.Errorf("-hold must be >= 0, got %v", *hold))
+	}
 	if *instances < 1 {
 		return usageError(fs, fmt.Errorf("-instances must be at least 1, got %d", *instances))
 	}
 	plan := makePlan(workloads, clients, workers, *resources, *leasesFlag, counts)
 	for i := range plan {
 		if plan[i].workload == contended {
-			plan[i].instances = *instances
+			plan[i].instances, plan[i].hold = *instances, *hold
 		}
 	}
 	if len(plan) == 0 {
@@ -426,6 +430,9 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	label := fmt.Sprintf("[%d/%d] %s %s nodes=%d workers=%d", i+1, len(b.plan), r.client, r.workload, r.nodes, r.workers)
 	if len(lks) > 1 {
 		label += fmt.Sprintf(" instances=%d", len(lks))
+	}
+	if r.hold > 0 {
+		label += fmt.Sprintf(" hold=%v", r.hold)
 	}
 	dead := 0
 	if r.workload == degraded {

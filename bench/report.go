@@ -24,6 +24,9 @@ type Result struct {
 	// Instances is how many client instances (engines) the workers
 	// spread over; omitted when one.
 	Instances int     `json:"instances,omitempty"`
+	// HoldUS is how long each holder of a contended run kept the lock
+	// (-hold), in µs; omitted when none.
+	HoldUS float64 `json:"hold_us,omitempty"`
 	Resources int     `json:"resources"`  // distinct lock names
 	DurationS float64 `json:"duration_s"` // measured wall time
 
@@ -96,6 +99,7 @@ func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, bef
 	if r.instances > 1 {
 		res.Instances = r.instances
 	}
+	res.HoldUS = float64(r.hold) / float64(time.Microsecond)
 	for i := range stats {
 		if res.Errors == 0 && stats[i].firstErr != nil {
 			res.FirstError = stats[i].firstErr.Error()

@@ -40,6 +40,7 @@ type run struct {
 	workers   int
 	resources int
 	instances int // client instances the workers spread over (contended; else 1)
+	hold      time.Duration // contended: how long each holder keeps the lock
 }
 
 // defaultInstances: a contended run spreads its workers over this many
@@ -89,7 +90,7 @@ func drive(ctx context.Context, lks []locker, r run, d time.Duration, perWorker 
 	for w := range r.workers {
 		st, lk := &stats[w], lks[w%len(lks)]
 		if r.workload == contended {
-			wg.Go(func() { contendedWorker(ctx, lk, names, w, st, released, base) })
+			wg.Go(func() { contendedWorker(ctx, lk, names, w, r.hold, st, released, base) })
 		} else { // uncontended and degraded
 			wg.Go(func() { uncontendedWorker(ctx, lk, names, w, r.workers, st) })
 		}
@@ -143,7 +144,7 @@ func uncontendedWorker(ctx context.Context, lk locker, names []string, w, worker
 // unfairness of a lock that lets the last holder race ahead of waiters
 // asleep in their backoff, and the hand-off count shows how much of it
 // there is.
-func contendedWorker(ctx context.Context, lk locker, names []string, w int, st *workerStats, released []atomic.Int64, base time.Time) {
+func contendedWorker(ctx context.Context, lk locker, names []string, w int, hold time.Duration, st *workerStats, released []atomic.Int64, base time.Time) {
 	r := w % len(names)
 	bg := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
@@ -160,6 +161,9 @@ func contendedWorker(ctx context.Context, lk locker, names []string, w int, st *
 		// winning is the previous holder's mark.
 		if at, who, ok := unmark(released[r].Load()); ok && who != w {
 			st.handoff = append(st.handoff, t1.Sub(base)-at)
+		}
+		if hold > 0 {
+			time.Sleep(hold)
 		}
 		released[r].Store(mark(time.Since(base), w))
 		t2 := time.Now()
