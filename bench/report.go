@@ -23,10 +23,10 @@ type Result struct {
 	Workers   int `json:"workers"` // concurrent goroutines
 	// Instances is how many client instances (engines) the workers
 	// spread over; omitted when one.
-	Instances int     `json:"instances,omitempty"`
+	Instances int `json:"instances,omitempty"`
 	// HoldUS is how long each holder of a contended run kept the lock
 	// (-hold), in µs; omitted when none.
-	HoldUS float64 `json:"hold_us,omitempty"`
+	HoldUS    float64 `json:"hold_us,omitempty"`
 	Resources int     `json:"resources"`  // distinct lock names
 	DurationS float64 `json:"duration_s"` // measured wall time
 

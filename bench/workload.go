@@ -39,7 +39,7 @@ type run struct {
 	nodes     int // the first nodes of the suite's
 	workers   int
 	resources int
-	instances int // client instances the workers spread over (contended; else 1)
+	instances int           // client instances the workers spread over (contended; else 1)
 	hold      time.Duration // contended: how long each holder keeps the lock
 }
 

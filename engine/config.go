@@ -64,10 +64,15 @@ const (
 	// DownProbeDivisor: a node that is down is probed every
 	// HealthInterval/DownProbeDivisor (5: five times as often as when up).
 	DownProbeDivisor = node.DownProbeDivisor
-	// YieldDivisor: a waiting Acquire that a release did not name next
-	// lets the one it named go first for NodeTimeout/YieldDivisor (10: 5ms
-	// by default) before it races, unless another release comes first.
+	// YieldDivisor: the next caller in an engine's line after a local
+	// release waits NodeTimeout/YieldDivisor (10: 5ms by default) to hear
+	// its announcement, which says who goes next, before it races.
 	YieldDivisor = lease.YieldDivisor
+	// SilenceTimeouts: a waiting Acquire that releases name neither next
+	// nor to stand in for the next waits to be named without a round, and
+	// looks again once no release was announced for SilenceTimeouts node
+	// timeouts (10: half a second by default).
+	SilenceTimeouts = lease.SilenceTimeouts
 	// WakeJitter bounds the random delay of the waiters a release woke
 	// without naming any: larger than the spread of its delivery to
 	// several engines, so that the order they subscribed in does not

@@ -352,6 +352,7 @@ func TestReadmeQuotesProtocolConstants(t *testing.T) {
 		{"NodeDownAfterFailures", NodeDownAfterFailures},
 		{"DownProbeDivisor", DownProbeDivisor},
 		{"YieldDivisor", YieldDivisor},
+		{"SilenceTimeouts", SilenceTimeouts},
 	} {
 		if row := fmt.Sprintf("| `%s` | %d |", c.name, c.value); !strings.Contains(string(readme), row) {
 			t.Errorf("README.md has no row %q", row)

@@ -67,6 +67,10 @@ type line struct {
 	// goes before a new head.
 	releasing bool
 	next      string
+	// heard: the holder (node.Digest) of the last announced release, so
+	// that a head whose release was heard before its lease ended does
+	// not wait for it again.
+	heard string
 	// idle: the line is empty, and forgotten (its watch dropped) unless a
 	// caller joins before lineLinger.
 	idle *time.Timer
@@ -93,10 +97,10 @@ type turn struct {
 	// queued: the previous lease's release put it in the nodes' queues
 	// of waiters (Successor).
 	queued bool
-	st                   *lease.State // the head's lease actor, once started
-	pid                  *actor.PID
-	held                 atomic.Bool // its lease is held
-	gone                 bool
+	st     *lease.State // the head's lease actor, once started
+	pid    *actor.PID
+	held   atomic.Bool // its lease is held
+	gone   bool
 }
 
 func newLines(e *Engine) *lines {
@@ -169,13 +173,13 @@ func (t *turn) started(st *lease.State, pid *actor.PID) {
 	if l := t.line; t.waitFirst && !l.releasing {
 		// What the last announcement said, for a head that came after it
 		// (a head still to hear one is woken by it, in released).
-		ls.wake(t, lease.WakeRelease, "", l.next, -1)
+		ls.wake(t, lease.WakeRelease, "", l.next, "", -1)
 	}
 }
 
 // wake sends the head's actor a Wake, under ls.mu.
-func (ls *lines) wake(t *turn, cause lease.WakeCause, holder, next string, node int) {
-	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Node: node})
+func (ls *lines) wake(t *turn, cause lease.WakeCause, holder, next, standby string, node int) {
+	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Standby: standby, Node: node})
 }
 
 // Wait implements lease.Line: the head was refused by another owner. The
@@ -221,17 +225,19 @@ func (t *turn) Len() int {
 	return len(t.line.turns)
 }
 
-// Successor implements lease.Line.
-func (t *turn) Successor() (since time.Time, value string, ok bool) {
+// HandOff implements lease.Line. release sends messages to the node
+// actors under ls.mu, which the successor's leave (Done) needs too.
+func (t *turn) HandOff(release func(since time.Time, value string)) {
 	ls, l := t.ls, t.line
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if len(l.turns) < 2 || l.turns[0] != t {
-		return time.Time{}, "", false
+		release(time.Time{}, "")
+		return
 	}
 	s := l.turns[1]
 	s.queued = true
-	return s.since, s.value, true
+	release(s.since, s.value)
 }
 
 // Done implements lease.Line, and leaves the line for a caller whose
@@ -247,15 +253,17 @@ func (t *turn) Done(released bool) {
 	if t.queued && t.pid == nil {
 		// A release queued it on the nodes, and it leaves before it had
 		// a lease actor to take itself out: nobody would.
+		// It announces that it leaves where the key is free, as a lease
+		// actor's leave does (a release may have named it next).
 		r := node.Request{Key: l.key, Value: t.value}
 		for _, pid := range ls.e.pids {
-			ls.e.system.Root.Send(pid, &node.Release{Request: r, TTL: t.ttl, Leave: true})
+			ls.e.system.Root.Send(pid, &node.Release{Request: r, TTL: t.ttl, Leave: true, Announce: true})
 		}
 	}
 	i := slices.Index(l.turns, t)
 	l.turns = slices.Delete(l.turns, i, i+1)
 	if i == 0 {
-		l.releasing = released && slices.Contains(l.on, true)
+		l.releasing = released && slices.Contains(l.on, true) && l.heard != node.Digest(t.value)
 	}
 	switch {
 	case len(l.turns) == 0 && l.watch:
@@ -287,15 +295,16 @@ func (ls *lines) forget(l *line) {
 // (see lease.Wake).
 func (ls *lines) released(i int, channel, msg string) {
 	holder, next, _ := strings.Cut(msg, " ")
+	next, standby, _ := strings.Cut(next, " ")
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l := ls.byKey[strings.TrimSuffix(channel, node.ReleasedSuffix)]
 	if l == nil {
 		return
 	}
-	l.releasing, l.next = false, next
+	l.releasing, l.next, l.heard = false, next, holder
 	if len(l.turns) > 0 && l.turns[0].pid != nil && !l.turns[0].held.Load() {
-		ls.wake(l.turns[0], lease.WakeRelease, holder, next, i)
+		ls.wake(l.turns[0], lease.WakeRelease, holder, next, standby, i)
 	}
 }
 
@@ -317,7 +326,7 @@ func (ls *lines) watched(i int, channel string, ok bool) {
 		return
 	}
 	if head := l.turns[0]; recheck && head.pid != nil && !head.held.Load() {
-		ls.wake(head, lease.WakeRecheck, "", "", -1)
+		ls.wake(head, lease.WakeRecheck, "", "", "", -1)
 	}
 }
 

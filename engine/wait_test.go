@@ -417,6 +417,49 @@ func TestGoneWaiterNamedOnce(t *testing.T) {
 	}
 }
 
+// Waiters that a release names neither next nor to stand in for the next
+// wait to be named without a round, however long the holders hold (here
+// longer than a waiter used to yield, shorter than a node timeout): each
+// starts one round, when its turn comes.
+func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
+	c := startNodes(t, 3)
+	es := []*Engine{newEngine(t, c.Addrs()), newEngine(t, c.Addrs()), newEngine(t, c.Addrs()), newEngine(t, c.Addrs())}
+	held, err := es[0].Acquire(t.Context(), "quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []<-chan acquired
+	for _, e := range es[1:] {
+		time.Sleep(5 * time.Millisecond) // a later millisecond to queue by
+		ev, stop := e.Subscribe(64)
+		got = append(got, acquireAsync(t.Context(), e, "quiet", WithRetry(noPolling)))
+		waitRefused(t, ev)
+		stop()
+	}
+	var before []Wakeups
+	for _, e := range es[1:] {
+		before = append(before, e.Stats().Wakeups)
+	}
+	for i, ch := range got {
+		if err := held.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		held = await(t, ch, 5*time.Second).l
+		if i < len(got)-1 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range es[1:] {
+		w := e.Stats().Wakeups
+		if rounds := w.Release - before[i].Release + w.Fallback - before[i].Fallback + w.Expiry - before[i].Expiry; rounds != 1 {
+			t.Errorf("waiter %d started %d rounds after it was refused, want 1 (when named)", i+1, rounds)
+		}
+	}
+}
+
 // waitRefused waits until a caller's round was refused by the holder (a
 // Waiting event that knows when its keys expire), and then for the round
 // that looks again once the watchers listen, if there is one.

@@ -93,11 +93,13 @@ type Line interface {
 	// held lease ended (released: by a release, which is announced). It
 	// may be called more than once.
 	Done(released bool)
-	// Successor is the caller after this one in the line, if any, for the
-	// held lease's release to put in the nodes' queues of waiters
-	// (node.Release.Successor): since is when it began to wait, value its
-	// owner value. Called once, as the release is sent.
-	Successor() (since time.Time, value string, ok bool)
+	// HandOff runs release, which sends the held lease's release, with
+	// the caller after this one in the line for it to put in the nodes'
+	// queues of waiters (node.Release.Successor): since is when it began
+	// to wait, value its owner value ("": nobody waits). That caller
+	// cannot leave the line meanwhile, so that if it leaves, its leave
+	// reaches the nodes after the release that queued it.
+	HandOff(release func(since time.Time, value string))
 }
 
 // WakeJitter bounds the random delay between hearing a release and the
@@ -106,11 +108,18 @@ type Line interface {
 // the order of their subscriptions does not decide who wins.
 const WakeJitter = 500 * time.Microsecond
 
-// YieldDivisor: a waiter that a release did not name (another waiter is
-// next), or that waits to hear a release, gives it a tenth of the node
+// YieldDivisor: a waiter that waits to hear a release (the next caller in
+// its engine's line, after a local release) gives it a tenth of the node
 // timeout (5ms by default: a few rounds under load) before it races; a
 // release heard meanwhile moves it on.
 const YieldDivisor = 10
+
+// SilenceTimeouts: a waiter that releases did not name (neither next nor
+// standing in for the next) looks again once no release was announced
+// for this many node timeouts (half a second by default): holds shorter
+// than that cost waiters no round; and should the two waiters named both
+// be gone, the resource stays idle no longer.
+const SilenceTimeouts = 10
 
 // raceDelay is how long the head of a line of n waits before the round a
 // release woke. Every engine's heads hear the release at once, in the
@@ -535,21 +544,28 @@ func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
 }
 
-// handOffCmd is finalReleaseCmd that queues the caller next in line too.
-func (a *leaseActor) handOffCmd(r node.Request) node.Command {
-	c := &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
-	if since, value, ok := a.cfg.Line.Successor(); ok {
-		c.Successor, c.SuccessorSince = node.Digest(value), strconv.FormatInt(since.UnixMilli(), 10)
-	}
-	return c
+// handOff sends finalReleaseCmd, queueing the caller next in line too.
+func (a *leaseActor) handOff() {
+	a.cfg.Line.HandOff(func(since time.Time, value string) {
+		a.send(func(r node.Request) node.Command {
+			c := &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
+			if value != "" {
+				c.Successor, c.SuccessorSince = node.Digest(value), strconv.FormatInt(since.UnixMilli(), 10)
+			}
+			return c
+		}, nil)
+	})
 }
 
 func (a *leaseActor) queueCmd(r node.Request) node.Command {
 	return &node.Queue{Request: r, Since: a.since, TTL: a.cfg.TTL}
 }
 
+// leaveCmd takes the lease out of the queues of waiters. Where the key is
+// free, it announces that it leaves, since a release may have named it
+// next: the waiter after it goes instead.
 func (a *leaseActor) leaveCmd(r node.Request) node.Command {
-	return &node.Release{Request: r, TTL: a.cfg.TTL, Leave: true}
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Leave: true, Announce: true}
 }
 
 func (a *leaseActor) vote(v *node.Vote) {
@@ -719,9 +735,10 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 
 // onWake acts on a Wake, after noting which node announced whose release.
 // A waiting actor starts a round at once for a recheck, or when the
-// release names it next; when it names another waiter, it lets that one
-// go first for up to the node timeout; when it names nobody, it races
-// after raceDelay. Another owner's release than the holder's it waits on
+// release names it next; when it names another waiter and this one to
+// stand by, it lets that one go first for a node timeout; when it names
+// two others, it waits on to be named; when it names nobody,
+// it races after raceDelay. Another owner's release than the holder's it waits on
 // does not free that holder's quorum, and is ignored. One in a round
 // remembers a recheck for when the round fails. One that backs off (after
 // nodes failed) looks again at once.
@@ -737,11 +754,30 @@ func (a *leaseActor) onWake(m *Wake) {
 			a.startRound(m.Cause) // a recheck, or named next: go
 		case a.waitingFor != "" && m.Holder != "" && m.Holder != a.waitingFor:
 			// Another owner's release does not free the holder's quorum.
-		case m.Next != "":
-			// Another waiter is named next: let it go first. Race only
-			// if no release comes meanwhile (it may have gone).
+		case m.Next != "" && m.Node < 0:
+			// What an announcement said before this head came: not
+			// named by it, the head keeps its alarm (that may be long
+			// past).
+		case m.Next != "" && m.Standby != "" && m.Standby != a.digest():
+			// Two others are named, the next and the one standing in
+			// for it: this one waits to be named, in its turn, without
+			// a round; should both be gone, it looks after
+			// SilenceTimeouts node timeouts without an announcement.
 			a.wakeAt, a.deferred = WakeRelease, true
-			a.setAlarm(time.Now().Add(a.cfg.NodeTimeout / YieldDivisor))
+			a.setAlarm(time.Now().Add(SilenceTimeouts * a.cfg.NodeTimeout))
+		case m.Next != "":
+			// Another waiter is named next, and this one stands in for
+			// it: let it go first, and race only if no release comes
+			// within a node timeout, the longest its round takes (it
+			// may have gone). When nobody stands in (this one is not
+			// in that node's queue yet), the next may be a waiter that
+			// left as it was named: race sooner.
+			d := a.cfg.NodeTimeout
+			if m.Standby == "" {
+				d /= YieldDivisor
+			}
+			a.wakeAt, a.deferred = WakeRelease, true
+			a.setAlarm(time.Now().Add(d))
 		case a.wakeAt == WakeRelease && !a.deferred, a.wakeAt == WakeSplit:
 			// The race is set.
 		default:
@@ -966,7 +1002,7 @@ func (a *leaseActor) onRelease(m *Release) {
 		return
 	}
 	if a.cfg.Line != nil {
-		a.send(a.handOffCmd, nil) // releaseAll, queueing the next caller
+		a.handOff() // releaseAll, queueing the next caller
 	} else {
 		a.releaseAll()
 	}

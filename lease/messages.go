@@ -79,6 +79,9 @@ type Wake struct {
 	Holder string // WakeRelease: the owner released, as node.Digest names it ("": unknown)
 	Node   int    // WakeRelease: the node that announced it (-1: unknown)
 	Next   string // WakeRelease: the waiter the node's queue puts next ("": none)
+	// Standby (WakeRelease): the waiter after Next, who stands in for it
+	// should it not come ("": none).
+	Standby string
 }
 
 // Close tells the actor that the engine closes: release the held lease

@@ -141,8 +141,8 @@ type entry struct {
 	queued   time.Time
 	fenceKey string
 	token    uint64
-	announce bool   // a release to announce
-	leave    bool   // a release that leaves the queue of waiters
+	announce bool // a release to announce
+	leave    bool // a release that leaves the queue of waiters
 	// since: an acquire that queues, when its caller began to wait (ms);
 	// a release with a successor, when the successor did.
 	since     string
