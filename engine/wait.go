@@ -95,7 +95,7 @@ type turn struct {
 	// watched (its heads were refused by other engines lately).
 	waitFirst, contended bool
 	// queued: the previous lease's release put it in the nodes' queues
-	// of waiters (Successor).
+	// of waiters (HandOff).
 	queued bool
 	st     *lease.State // the head's lease actor, once started
 	pid    *actor.PID
@@ -252,9 +252,9 @@ func (t *turn) Done(released bool) {
 	t.gone = true
 	if t.queued && t.pid == nil {
 		// A release queued it on the nodes, and it leaves before it had
-		// a lease actor to take itself out: nobody would.
-		// It announces that it leaves where the key is free, as a lease
-		// actor's leave does (a release may have named it next).
+		// a lease actor to take itself out: nobody else would. Like a
+		// lease actor's leave, it is announced where the key is free (a
+		// release may have named it next).
 		r := node.Request{Key: l.key, Value: t.value}
 		for _, pid := range ls.e.pids {
 			ls.e.system.Root.Send(pid, &node.Release{Request: r, TTL: t.ttl, Leave: true, Announce: true})

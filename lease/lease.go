@@ -63,7 +63,7 @@ type Config struct {
 	// wait on the nodes too: all wake to the same announcement).
 	WaitFirst bool
 	// Queued: the previous lease's release put this one in the nodes'
-	// queues of waiters already (Line.Successor): it need not queue itself.
+	// queues of waiters already (Line.HandOff): it need not queue itself.
 	Queued bool
 
 	Addrs []string      // the nodes' addresses, in Nodes order, for errors
@@ -548,7 +548,7 @@ func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 func (a *leaseActor) handOff() {
 	a.cfg.Line.HandOff(func(since time.Time, value string) {
 		a.send(func(r node.Request) node.Command {
-			c := &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
+			c := a.finalReleaseCmd(r).(*node.Release)
 			if value != "" {
 				c.Successor, c.SuccessorSince = node.Digest(value), strconv.FormatInt(since.UnixMilli(), 10)
 			}
@@ -736,10 +736,10 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 // onWake acts on a Wake, after noting which node announced whose release.
 // A waiting actor starts a round at once for a recheck, or when the
 // release names it next; when it names another waiter and this one to
-// stand by, it lets that one go first for a node timeout; when it names
-// two others, it waits on to be named; when it names nobody,
-// it races after raceDelay. Another owner's release than the holder's it waits on
-// does not free that holder's quorum, and is ignored. One in a round
+// stand in for it, it lets that one go first for a node timeout; when it
+// names two others, it waits on to be named; when it names nobody, it
+// races after raceDelay. Another owner's release than the holder's it
+// waits on does not free that holder's quorum, and is ignored. One in a round
 // remembers a recheck for when the round fails. One that backs off (after
 // nodes failed) looks again at once.
 func (a *leaseActor) onWake(m *Wake) {
