@@ -460,6 +460,36 @@ func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
 	}
 }
 
+// Should the two waiters a release names (the next, and the one standing
+// in for it) both be gone, the others look again once no release came for
+// SilenceTimeouts node timeouts: the resource does not stay idle until
+// the keys they saw would expire.
+func TestGoneNamedWaitersDoNotStallTheLine(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	held, got := holdAndWait(t, a, b, "stall")
+	key := a.cfg.lockKey("stall") + ":queue"
+	for i, n := range c.Nodes { // two waiters that came first, then died
+		for j, gone := range []string{strings.Repeat("e", 40), strings.Repeat("f", 40)} {
+			if _, err := n.Do(t.Context(), "ZADD", key, fmt.Sprint(j+1), gone); err != nil {
+				t.Fatalf("node %d: %v", i, err)
+			}
+		}
+	}
+	released := time.Now()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w := await(t, got, 5*time.Second)
+	silence := SilenceTimeouts * b.cfg.NodeTimeout
+	if d := w.at.Sub(released); d > silence+time.Second {
+		t.Fatalf("acquired %v after the release, want within %v of it", d, silence+time.Second)
+	}
+	if err := w.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // waitRefused waits until a caller's round was refused by the holder (a
 // Waiting event that knows when its keys expire), and then for the round
 // that looks again once the watchers listen, if there is one.
