@@ -321,10 +321,11 @@ func (a *nodeActor) flush() {
 }
 
 // settle answers e unsent and reports whether it stays queued: a release
-// does, silently, since its key may still be on the node.
+// does, silently, since its key may still be on the node; but not the
+// successor it was to queue, who may be done waiting by the time it goes.
 func (a *nodeActor) settle(e *entry, o Outcome, now time.Time, err error) bool {
 	a.reply(e, o, now, err)
-	e.silent = true
+	e.silent, e.successor = true, ""
 	return e.op == opRelease
 }
 
@@ -453,7 +454,7 @@ func (a *nodeActor) unanswered(batch []entry, now time.Time, err error, done *se
 			a.reply(&e, o, now, err)
 		}
 		if e.op == opRelease {
-			e.silent = true
+			e.silent, e.successor = true, "" // see settle
 			done.retry = append(done.retry, e)
 		}
 	}
