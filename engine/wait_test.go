@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -488,6 +489,89 @@ func TestGoneNamedWaitersDoNotStallTheLine(t *testing.T) {
 	if err := w.l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Every waiter of three engines gives up at once (their contexts end, as
+// when a service stops its workers), while the holders release; the
+// callers that come right after must not wait on what the lines, the
+// queues and the announcements still say of those that left. Each of
+// them acquires within 2s (a wait of the TTL, 10s, would be a stall).
+func TestWaitersRecoverFromMassCancellation(t *testing.T) {
+	c := startNodes(t, 1)
+	es := []*Engine{newEngine(t, c.Addrs()), newEngine(t, c.Addrs()), newEngine(t, c.Addrs())}
+	work := func(ctx context.Context, workers int, longest *atomic.Int64) {
+		var wg sync.WaitGroup
+		for w := range workers {
+			e, resource := es[w%len(es)], fmt.Sprint("mass-", w%2)
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					start := time.Now()
+					l, err := e.Acquire(ctx, resource)
+					// A caller stuck until its context ended counts too.
+					if d := int64(time.Since(start)); longest != nil && d > longest.Load() {
+						longest.Store(d)
+					}
+					if err == nil {
+						_ = l.Release(context.Background())
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	first, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	work(first, 48, nil)
+	var longest atomic.Int64
+	then, cancel2 := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel2()
+	work(then, 48, &longest)
+	if d := time.Duration(longest.Load()); d > 2*time.Second || d == 0 {
+		t.Fatalf("after the mass cancellation, the longest Acquire took %v, want (0, 2s]", d)
+	}
+}
+
+// A caller that becomes its line's head after the last announcement named
+// a waiter who is gone is told what it said, and does not wait on it: the
+// resource is free, and it acquires at once.
+func TestHeadAfterAStaleAnnouncement(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	held, got := holdAndWait(t, a, b, "stale") // b's line is watched
+	w := releaseWakes(t, held, got)
+	key := a.cfg.lockKey("stale") + ":queue"
+	for _, n := range c.Nodes { // a waiter that came first, then died
+		if _, err := n.Do(t.Context(), "ZADD", key, "1", strings.Repeat("f", 40)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, stop := b.Subscribe(16)
+	defer stop()
+	if err := w.l.Release(t.Context()); err != nil { // names the dead waiter
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the release announced", func() bool {
+		for {
+			select {
+			case ev := <-events:
+				if ev.Kind == Released {
+					time.Sleep(100 * time.Millisecond) // its announcement too
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	})
+	start := time.Now()
+	l, err := b.Acquire(t.Context(), "stale", WithRetry(noPolling))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("acquired a free resource after %v, want within 1s", d)
+	}
+	_ = l.Release(t.Context())
 }
 
 // waitRefused waits until a caller's round was refused by the holder (a
