@@ -72,10 +72,14 @@ type Extend struct {
 type Release struct {
 	Request
 	TTL time.Duration // the longest the key may live from now
-	// Announce: a deletion is announced on Key+ReleasedSuffix (PUBLISH:
-	// Digest of Value, a space, and the Digest of the next waiter in the
-	// queue, if any), so that waiters for the key wake at once; only
-	// while the key has a queue of waiters (it was contended lately).
+	// Announce: a deletion is announced on Key+ReleasedSuffix, so that
+	// waiters for the key wake at once; only while the key has a queue of
+	// waiters (it was contended lately). The message is three Digests,
+	// space-separated: of Value, of the next waiter in the queue (who
+	// leaves it), and of the one after it, who stands in for it; a waiter
+	// not in the queue is "". With Leave, and the key free, the release
+	// announces that the owner left (it may have been named next), with
+	// no holder: the next waiter goes instead.
 	Announce bool
 	Leave    bool // the owner leaves the queue of waiters too
 	// Successor, if set, is the caller next in the owner's engine's line

@@ -12,9 +12,9 @@ import (
 // watcher's goroutines, Released concurrently with the others, and must
 // not block.
 type WatchHooks struct {
-	// Released: a release was announced on channel; digest names the
-	// owner value released (Digest).
-	Released func(channel, digest string)
+	// Released: a release was announced on channel; msg is what the
+	// release published (see Release.Announce).
+	Released func(channel, msg string)
 	// Watched: a Watch took effect (ok), or could not (the node cannot be
 	// reached, or refuses SUBSCRIBE); it is retried after a reconnection.
 	Watched func(channel string, ok bool)
