@@ -40,10 +40,12 @@ type Wakeups struct {
 // (another engine's lease) waits for that owner's release, which the
 // release script announces on the resource's channel on every node; a
 // watcher per node listens on the channels of the lines whose heads had to
-// wait, from the first such wait until the line empties. While the
-// resource is watched, a local release hands the turn on through the same
-// announcement that wakes the other engines' heads, so that they race
-// fairly instead of always losing to the local next in line.
+// wait, from the first such wait until the line empties. The
+// announcement names the next waiter and the one after it, in the order
+// the callers of every engine came (a release queues its engine's next
+// caller first: HandOff); while the resource is watched, a local release
+// hands the turn on through that announcement too, so that the local next
+// in line does not race ahead of the other engines' waiters.
 type lines struct {
 	e        *Engine
 	watchers []*node.Watcher
