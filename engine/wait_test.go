@@ -16,6 +16,11 @@ import (
 	"github.com/redlease/redlease/node"
 )
 
+// slowNodes gives an engine a node timeout of 500ms: a waiter that stands
+// in for the next one yields that long, which a test of who goes first
+// needs to outlast the next one's round on a loaded machine.
+func slowNodes(cfg *Config) { cfg.NodeTimeout = 500 * time.Millisecond }
+
 // noPolling is a retry schedule that makes polling useless: a waiter that
 // acquires within a second did not poll.
 func noPolling() backoff.BackOff { return backoff.NewConstantBackOff(10 * time.Second) }
@@ -282,7 +287,7 @@ func TestWakeWithNodesUnableToNotify(t *testing.T) {
 // while the others let it. Five times over, so luck would not pass it.
 func TestWaitersAcrossEnginesInOrder(t *testing.T) {
 	c := startNodes(t, 3)
-	es := []*Engine{newEngine(t, c.Addrs()), newEngine(t, c.Addrs()), newEngine(t, c.Addrs())}
+	es := []*Engine{newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes)}
 	for round := range 5 {
 		holder, first, second := es[round%3], es[(round+1)%3], es[(round+2)%3]
 		if round%2 == 1 {
@@ -336,7 +341,9 @@ func TestLocalSuccessorKeepsItsPlace(t *testing.T) {
 
 func testLocalSuccessor(t *testing.T, watched bool) {
 	c := startNodes(t, 3)
-	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	// The remote waiter stands in for the local one: its yield, a node
+	// timeout, must outlast the local one's round even on a loaded machine.
+	a, b := newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes)
 	var held *Lease
 	if watched { // once its head waited for b's lease
 		first, got := holdAndWait(t, b, a, "succ")
@@ -426,11 +433,12 @@ func TestGoneWaiterNamedOnce(t *testing.T) {
 
 // Waiters that a release names neither next nor to stand in for the next
 // wait to be named without a round, however long the holders hold (here
-// longer than a waiter used to yield, shorter than a node timeout): each
-// starts one round, when its turn comes.
+// 100ms: longer than a waiter used to yield, a tenth of the node timeout,
+// and well within the node timeout the standby yields): each starts one
+// round, when its turn comes.
 func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
 	c := startNodes(t, 3)
-	es := []*Engine{newEngine(t, c.Addrs()), newEngine(t, c.Addrs()), newEngine(t, c.Addrs()), newEngine(t, c.Addrs())}
+	es := []*Engine{newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes)}
 	held, err := es[0].Acquire(t.Context(), "quiet")
 	if err != nil {
 		t.Fatal(err)
@@ -453,7 +461,7 @@ func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
 		}
 		held = await(t, ch, 5*time.Second).l
 		if i < len(got)-1 {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	if err := held.Release(t.Context()); err != nil {
