@@ -361,7 +361,7 @@ func testLocalSuccessor(t *testing.T, watched bool) {
 	time.Sleep(5 * time.Millisecond) // a later millisecond to queue by
 	evB, stopB := b.Subscribe(64)
 	remote := acquireAsync(t.Context(), b, "succ", WithRetry(noPolling))
-	waitRefused(t, evB)
+	waitRechecked(t, evB)
 	stopB()
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
@@ -448,7 +448,7 @@ func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
 		time.Sleep(5 * time.Millisecond) // a later millisecond to queue by
 		ev, stop := e.Subscribe(64)
 		got = append(got, acquireAsync(t.Context(), e, "quiet", WithRetry(noPolling)))
-		waitRefused(t, ev)
+		waitRechecked(t, ev)
 		stop()
 	}
 	var before []Wakeups
@@ -588,21 +588,46 @@ func TestHeadAfterAStaleAnnouncement(t *testing.T) {
 	_ = l.Release(t.Context())
 }
 
-// waitRefused waits until a caller's round was refused by the holder (a
-// Waiting event that knows when its keys expire), and then for the round
-// that looks again once the watchers listen, if there is one.
+// waitRechecked waits until a caller whose line was not watched yet is
+// waiting quietly: refused, then refused again by the round that looks
+// once the watchers listen. Only then is no round of its own in flight.
+func waitRechecked(t *testing.T, events <-chan Event) {
+	t.Helper()
+	waitEvent(t, events, "a recheck", func(ev Event) bool { return ev.Kind == Woken && ev.Wake == WakeRecheck })
+	waitEvent(t, events, "a refused recheck", refused)
+}
+
+// waitRefused waits until a caller's round was refused by the holder, and
+// then for the round that looks again once the watchers listen, if there
+// is one (it starts within moments of the refusal).
 func waitRefused(t *testing.T, events <-chan Event) {
+	t.Helper()
+	waitEvent(t, events, "a refused round", refused)
+	select {
+	case ev := <-events:
+		if ev.Kind == Woken && ev.Wake == WakeRecheck {
+			waitEvent(t, events, "a refused recheck", refused)
+		}
+	case <-time.After(150 * time.Millisecond):
+	}
+}
+
+// refused: a Waiting event of a round refused by the holder, which knows
+// when its keys expire.
+func refused(ev Event) bool { return ev.Kind == Waiting && !ev.Until.IsZero() }
+
+// waitEvent waits up to 5s for an event that is.
+func waitEvent(t *testing.T, events <-chan Event, what string, is func(Event) bool) {
 	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
 		select {
 		case ev := <-events:
-			if ev.Kind == Waiting && !ev.Until.IsZero() {
-				time.Sleep(100 * time.Millisecond)
+			if is(ev) {
 				return
 			}
 		case <-timeout:
-			t.Fatal("no refused round after 5s")
+			t.Fatalf("no %s after 5s", what)
 		}
 	}
 }
