@@ -475,6 +475,48 @@ func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
 	}
 }
 
+// The waiter standing in for the next one gives it twice the time between
+// the last two releases it heard (a hold and a hand-off, lately), at least
+// a node timeout: named to stand by 150ms after the release before, it
+// does not look within 200ms (a node timeout is 50ms), and does later.
+// The announcements are published by hand.
+func TestStandbyYieldsAsLongAsHoldsLast(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	held, _ := holdAndWait(t, a, b, "long")
+	channel := a.cfg.lockKey("long") + node.ReleasedSuffix
+	holder, gone := node.Digest(held.value), strings.Repeat("f", 40)
+	announce := func(msg string) {
+		t.Helper()
+		if _, err := c.Nodes[0].Do(t.Context(), "PUBLISH", channel, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rounds := func() uint64 { w := b.Stats().Wakeups; return w.Release + w.Expiry + w.Fallback }
+	announce("another " + gone + " " + gone) // another owner's: b waits on
+	time.Sleep(150 * time.Millisecond)
+	before := rounds()
+	announce(holder + " " + gone + " " + node.Digest(mustValue(t, b, "long"))) // b stands in
+	time.Sleep(200 * time.Millisecond)
+	if n := rounds() - before; n != 0 {
+		t.Fatalf("the waiter standing in looked %d times within 200ms, want none: the releases came 150ms apart", n)
+	}
+	waitFor(t, 5*time.Second, "the waiter standing in to look", func() bool { return rounds() > before })
+	_ = held.Release(t.Context())
+}
+
+// mustValue is the owner value of the head of e's line for resource.
+func mustValue(t *testing.T, e *Engine, resource string) string {
+	t.Helper()
+	e.lines.mu.Lock()
+	defer e.lines.mu.Unlock()
+	l := e.lines.byKey[e.cfg.lockKey(resource)]
+	if l == nil || len(l.turns) == 0 {
+		t.Fatalf("no caller waits for %q", resource)
+	}
+	return l.turns[0].value
+}
+
 // Should the two waiters a release names (the next, and the one standing
 // in for it) both be gone, the others look again once no release came for
 // SilenceTimeouts node timeouts: the resource does not stay idle until

@@ -254,6 +254,11 @@ type perLease struct {
 	charged     int       // of them, those that count against Config.Attempts
 	recheck     bool      // a recheck came while a round was out
 	heard       []heard   // releases announced while acquiring
+	// The last release heard (its holder, and when), and the time from
+	// the one before it: about one hold and hand-off, lately.
+	lastHolder  string
+	lastRelease time.Time
+	releaseGap  time.Duration
 	ownDigest   string    // the value as announcements name it, made once
 	since       string    // Config.Since as rounds carry it, once queued
 	deferred    bool      // waiting: for a waiter named next to go first
@@ -745,6 +750,13 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 func (a *leaseActor) onWake(m *Wake) {
 	if m.Cause == WakeRelease && m.Holder != "" && m.Node >= 0 {
 		a.hear(m.Holder, m.Node)
+		if m.Holder != a.lastHolder { // not another node's word of the last
+			now := time.Now()
+			if !a.lastRelease.IsZero() {
+				a.releaseGap = now.Sub(a.lastRelease)
+			}
+			a.lastHolder, a.lastRelease = m.Holder, now
+		}
 	}
 	switch a.phase {
 	case waiting:
@@ -768,13 +780,17 @@ func (a *leaseActor) onWake(m *Wake) {
 		case m.Next != "":
 			// Another waiter is named next, and this one stands in for
 			// it: let it go first, and race only if no release comes
-			// within a node timeout, the longest its round takes (it
-			// may have gone). When nobody stands in (this one is not
-			// in that node's queue yet), the next may be a waiter that
-			// left as it was named: race sooner.
-			d := a.cfg.NodeTimeout
+			// meanwhile (it may have gone). It gives it twice the time
+			// between the last two releases (a hold and a hand-off,
+			// lately), so that it does not look while the next one
+			// holds, but at least a node timeout (the longest its round
+			// takes) and at most SilenceTimeouts of them. When nobody
+			// stands in (this one is not in that node's queue yet), the
+			// next may be a waiter that left as it was named: race
+			// sooner.
+			d := min(max(a.cfg.NodeTimeout, 2*a.releaseGap), SilenceTimeouts*a.cfg.NodeTimeout)
 			if m.Standby == "" {
-				d /= YieldDivisor
+				d = a.cfg.NodeTimeout / YieldDivisor
 			}
 			a.wakeAt, a.deferred = WakeRelease, true
 			a.setAlarm(time.Now().Add(d))
