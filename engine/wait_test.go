@@ -449,7 +449,10 @@ func TestGoneWaiterNamedOnce(t *testing.T) {
 // and well within the node timeout the standby yields): each starts one
 // round, when its turn comes.
 func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
-	c := startNodes(t, 3)
+	// One node: on several, a named waiter's round can outrun the release
+	// on some of them and be refused there, and then it looks again when
+	// their announcements come (a second round that is no polling).
+	c := startNodes(t, 1)
 	es := []*Engine{newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes)}
 	held, err := es[0].Acquire(t.Context(), "quiet")
 	if err != nil {
