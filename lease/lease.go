@@ -245,15 +245,15 @@ type perLease struct {
 	debug, info bool
 	state       *State
 
-	phase       phase
-	firstRound  uint64    // the lease's first round: older votes are stale
-	start       time.Time // start of the current acquire or extend round
-	tally       tally     // of the current acquire or extend round
-	owed        int       // votes not yet received
-	attempts    int       // acquire rounds
-	charged     int       // of them, those that count against Config.Attempts
-	recheck     bool      // a recheck came while a round was out
-	heard       []heard   // releases announced while acquiring
+	phase      phase
+	firstRound uint64    // the lease's first round: older votes are stale
+	start      time.Time // start of the current acquire or extend round
+	tally      tally     // of the current acquire or extend round
+	owed       int       // votes not yet received
+	attempts   int       // acquire rounds
+	charged    int       // of them, those that count against Config.Attempts
+	recheck    bool      // a recheck came while a round was out
+	heard      []heard   // releases announced while acquiring
 	// The last release heard (its holder, and when), and the time from
 	// the one before it: about one hold and hand-off, lately.
 	lastHolder  string
