@@ -227,19 +227,19 @@ func (t *turn) Len() int {
 	return len(t.line.turns)
 }
 
-// HandOff implements lease.Line. release sends messages to the node
-// actors under ls.mu, which the successor's leave (Done) needs too.
-func (t *turn) HandOff(release func(since time.Time, value string)) {
+// HandOff implements lease.Line. r sends messages to the node actors
+// under ls.mu, which the successor's leave (Done) needs too.
+func (t *turn) HandOff(r lease.Releaser) {
 	ls, l := t.ls, t.line
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if len(l.turns) < 2 || l.turns[0] != t {
-		release(time.Time{}, "")
+		r.ReleaseQueueing(time.Time{}, "")
 		return
 	}
 	s := l.turns[1]
 	s.queued = true
-	release(s.since, s.value)
+	r.ReleaseQueueing(s.since, s.value)
 }
 
 // Done implements lease.Line, and leaves the line for a caller whose

@@ -93,13 +93,18 @@ type Line interface {
 	// held lease ended (released: by a release, which is announced). It
 	// may be called more than once.
 	Done(released bool)
-	// HandOff runs release, which sends the held lease's release, with
-	// the caller after this one in the line for it to put in the nodes'
-	// queues of waiters (node.Release.Successor): since is when it began
-	// to wait, value its owner value ("": nobody waits). That caller
-	// cannot leave the line meanwhile, so that if it leaves, its leave
-	// reaches the nodes after the release that queued it.
-	HandOff(release func(since time.Time, value string))
+	// HandOff calls r.ReleaseQueueing, which sends the held lease's
+	// release, with the caller after this one in the line for it to put
+	// in the nodes' queues of waiters (node.Release.Successor): since is
+	// when it began to wait, value its owner value ("": nobody waits).
+	// That caller cannot leave the line meanwhile, so that if it leaves,
+	// its leave reaches the nodes after the release that queued it.
+	HandOff(r Releaser)
+}
+
+// Releaser sends a held lease's release (see Line.HandOff).
+type Releaser interface {
+	ReleaseQueueing(since time.Time, value string)
 }
 
 // WakeJitter bounds the random delay between hearing a release and the
@@ -259,15 +264,18 @@ type perLease struct {
 	lastHolder  string
 	lastRelease time.Time
 	releaseGap  time.Duration
-	ownDigest   string    // the value as announcements name it, made once
-	since       string    // Config.Since as rounds carry it, once queued
-	deferred    bool      // waiting: for a waiter named next to go first
-	waitingFor  string    // waiting: the holder in the way ("": any)
-	wakeAt      WakeCause // waiting: what the alarm means
-	cause       error     // why acquiring failed
-	failedVotes []node.Vote
-	replied     bool
-	release     chan<- ReleaseResult // releasing: the Release to answer
+	// The caller next in line that the final release queues (HandOff).
+	successor      string
+	successorSince time.Time
+	ownDigest      string    // the value as announcements name it, made once
+	since          string    // Config.Since as rounds carry it, once queued
+	deferred       bool      // waiting: for a waiter named next to go first
+	waitingFor     string    // waiting: the holder in the way ("": any)
+	wakeAt         WakeCause // waiting: what the alarm means
+	cause          error     // why acquiring failed
+	failedVotes    []node.Vote
+	replied        bool
+	release        chan<- ReleaseResult // releasing: the Release to answer
 
 	acquired    time.Time             // start of the winning acquire round
 	extendsOver bool                  // MaxHold passed: the lease is meant to expire
@@ -549,17 +557,21 @@ func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
 }
 
-// handOff sends finalReleaseCmd, queueing the caller next in line too.
-func (a *leaseActor) handOff() {
-	a.cfg.Line.HandOff(func(since time.Time, value string) {
-		a.send(func(r node.Request) node.Command {
-			c := a.finalReleaseCmd(r).(*node.Release)
-			if value != "" {
-				c.Successor, c.SuccessorSince = node.Digest(value), strconv.FormatInt(since.UnixMilli(), 10)
-			}
-			return c
-		}, nil)
-	})
+// ReleaseQueueing implements Releaser: releaseAll, queueing the caller
+// next in line too (an interface rather than a closure: a release costs
+// no allocation for it).
+func (a *leaseActor) ReleaseQueueing(since time.Time, value string) {
+	a.successorSince, a.successor = since, value
+	a.send(a.handOffCmd, nil)
+}
+
+// handOffCmd is finalReleaseCmd with the successor ReleaseQueueing got.
+func (a *leaseActor) handOffCmd(r node.Request) node.Command {
+	c := a.finalReleaseCmd(r).(*node.Release)
+	if a.successor != "" {
+		c.Successor, c.SuccessorSince = node.Digest(a.successor), strconv.FormatInt(a.successorSince.UnixMilli(), 10)
+	}
+	return c
 }
 
 func (a *leaseActor) queueCmd(r node.Request) node.Command {
@@ -1018,7 +1030,7 @@ func (a *leaseActor) onRelease(m *Release) {
 		return
 	}
 	if a.cfg.Line != nil {
-		a.handOff() // releaseAll, queueing the next caller
+		a.cfg.Line.HandOff(a) // releaseAll, queueing the next caller
 	} else {
 		a.releaseAll()
 	}
