@@ -170,10 +170,11 @@ func newLocker(name string, addrs []string) (locker, error) {
 type redleaseLocker struct{ e *engine.Engine }
 
 func newRedlease(addrs []string) (*redleaseLocker, error) {
-	e, err := engine.New(engine.Config{Nodes: addrs, TTL: lockTTL, Client: rueidis.ClientOption{DialCtxFn: countRueidis}})
+	e, err := engine.New(engine.Config{Nodes: addrs, TTL: lockTTL})
 	if err != nil {
 		return nil, err
 	}
+	engines.add(e)
 	return &redleaseLocker{e}, nil
 }
 
@@ -191,7 +192,10 @@ func (r *redleaseLocker) acquire(ctx context.Context, resource string, retry boo
 	return l, nil
 }
 
-func (r *redleaseLocker) close() { _ = r.e.Close() }
+func (r *redleaseLocker) close() {
+	engines.remove(r.e)
+	_ = r.e.Close()
+}
 
 // redsyncLocker is go-redsync with its default options (TTL aside), over
 // a go-redis v9 client with default options per node (redsync), or over a

@@ -129,8 +129,10 @@ Reported per run: cycles/s; acquire p50/p99/p99.9 and release p50/p99 (µs);
 errors; this process's CPU per cycle (getrusage) and its write syscalls per
 cycle (/proc/self/io syscw); the nodes' CPU per cycle (INFO cpu); the
 commands the client sent per cycle (cmds: counted on its connections as they
-are written, a script is one) and the commands the nodes ran (calls: INFO
-total_commands_processed, which counts the calls inside scripts too).
+are written, a script is one; redlease sends each batch to a node as one
+script call carrying its commands, and counts those it carries) and the
+commands the nodes ran (calls: INFO total_commands_processed, which counts
+the calls inside scripts too).
 
 Held runs get a table of their own, after the others (latencies in µs):
   heap B/l  heap per lease: HeapAlloc after runtime.GC once the leases are

@@ -145,7 +145,7 @@ type snapshot struct {
 	// counted in its own reading, so a run's difference counts one INFO
 	// per node, the one of the snapshot before it.
 	commands int64
-	sent     int64 // commands the clients wrote (wire.go)
+	sent     int64 // commands the clients sent (wire.go)
 }
 
 // take reads the counters. The admin INFO calls write to sockets too, so
@@ -169,7 +169,7 @@ func takeAfter(ctx context.Context, a *admin) (snapshot, error) {
 
 func (s *snapshot) own() error {
 	var err error
-	s.sent = sent.Load()
+	s.sent = sent.Load() + engines.commands()
 	if s.client, err = clientCPU(); err != nil {
 		return err
 	}

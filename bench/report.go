@@ -48,7 +48,8 @@ type Result struct {
 	ServerCPU float64 `json:"server_cpu_us_per_cycle"` // INFO cpu, all live nodes
 	// Commands is the commands the client sent the nodes per cycle, as
 	// they went on the wire (a script is one), retries, cleanups and
-	// health probes included.
+	// health probes included; for redlease, the commands its batch
+	// scripts carried (its node actors' count; probes not included).
 	Commands float64 `json:"commands_per_cycle"`
 	// NodeCommands is the commands the live nodes ran per cycle (INFO
 	// stats): Commands, the calls inside scripts, and one INFO per node.
@@ -207,7 +208,7 @@ func printTable(w io.Writer, results []Result) {
 func printCompareTable(w io.Writer, results []Result) {
 	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %6s %7s %8s %8s %5s\n"
 	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %6.1f %7.1f %8s %8s %5s\n"
-	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process), cmds (commands the client sent, a script one) and calls (commands the nodes ran, a script's calls included) per acquire+release cycle;")
+	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process), cmds (commands the client sent, a script one; redlease: those its batch scripts carried) and calls (commands the nodes ran, a script's calls included) per acquire+release cycle;")
 	fmt.Fprintln(w, "contended (workers spread over -instances client instances): hand = hand-off from one holder's Release to another's acquire returning;")
 	fmt.Fprintln(w, "fair = fewest acquisitions of a worker / mean")
 	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",

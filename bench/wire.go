@@ -4,14 +4,58 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"sync"
 	"sync/atomic"
+
+	"github.com/redlease/redlease/engine"
 )
 
 // sent counts the commands every client under test wrote to the nodes, as
 // they went on the wire: a script is one command, whatever it calls
 // inside (the nodes' own count, INFO's total_commands_processed, counts
-// those calls too). The bench's own admin connections are not counted.
+// those calls too). The bench's own admin connections are not counted,
+// nor redlease's: see engines.
 var sent atomic.Int64
+
+// engines are the live redlease engines of the run. Their node actors send
+// each batch as one script call that carries every command of the batch
+// (node/batch.lua), so for them the bench counts the commands carried
+// (the nodes' Stats().Commands), not the scripts on the wire: that is the
+// number the other clients' cmds compares with.
+var engines liveEngines
+
+type liveEngines struct {
+	mu   sync.Mutex
+	live map[*engine.Engine]struct{}
+}
+
+func (l *liveEngines) add(e *engine.Engine) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.live == nil {
+		l.live = map[*engine.Engine]struct{}{}
+	}
+	l.live[e] = struct{}{}
+}
+
+func (l *liveEngines) remove(e *engine.Engine) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.live, e)
+}
+
+// commands is the commands the live engines' node actors sent so far.
+func (l *liveEngines) commands() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var n uint64
+	for e := range l.live {
+		for _, s := range e.Stats().Nodes {
+			n += s.Commands
+		}
+	}
+	return int64(n)
+}
 
 // countRueidis is a rueidis DialCtxFn whose connections count what they
 // write in sent.

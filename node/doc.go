@@ -15,9 +15,10 @@
 //     which server process it reached (a restart may have lost keys) and
 //     kills the previous connection on the server, so nothing that an
 //     abandoned connection sent can run after what the new one sends;
-//   - a script missing from the server's cache fails with NOSCRIPT while the
-//     rest of its batch runs; it is sent again with everything after it,
-//     in order (every command is idempotent).
+//   - a batch runs as calls of one script (batch.lua), each carrying up to
+//     maxScriptOps commands in order; a call that meets NOSCRIPT (the
+//     server's cache lost the script) is sent again in full with every
+//     call after it, in order (every command is idempotent).
 //
 // A Watcher, beside the actor and on a connection of its own, hears the
 // releases the release script announces (waiting callers wake on them).

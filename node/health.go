@@ -64,15 +64,13 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	if err != nil {
 		return Info{}, err
 	}
-	cmds := make(rueidis.Commands, 0, 4+len(scripts))
+	cmds := make(rueidis.Commands, 0, 5)
 	cmds = append(cmds,
 		client.B().ClientId().Build(),
 		client.B().Info().Section("server").Build(),
 		client.B().Info().Section("replication").Build(),
 		client.B().Get().Key(epochKey).Build())
-	for _, s := range scripts {
-		cmds = append(cmds, client.B().ScriptLoad().Script(s.body).Build())
-	}
+	cmds = append(cmds, client.B().ScriptLoad().Script(batchScript.body).Build())
 	start := time.Now()
 	res := client.DoMulti(ctx, cmds...)
 	rtt := time.Since(start)

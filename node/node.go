@@ -175,6 +175,7 @@ type nodeActor struct {
 	health health
 
 	ttl      millis        // the sender goroutine's: TTLs as the scripts take them
+	script   scriptArgs    // the sender goroutine's: the batch script call it builds
 	work     chan job      // to the sender goroutine; holds at most the one job in flight
 	idle     chan struct{} // closed when the sender goroutine returned
 	stopOnce sync.Once
@@ -377,8 +378,9 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 		cmds = append(cmds, markCmd(client, a.cfg.EpochKey, j.mark))
 	}
 	skip := len(cmds)
-	for i := range batch {
-		cmds = append(cmds, batch[i].build(client, false, a.cfg.EpochKey, j.epoch, &a.ttl))
+	for i := 0; i < len(batch); i += maxScriptOps {
+		chunk := batch[i:min(i+maxScriptOps, len(batch))]
+		cmds = append(cmds, a.script.build(client, chunk, false, a.cfg.EpochKey, j.epoch, &a.ttl))
 	}
 	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)
@@ -388,7 +390,7 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	a.stats.batches.Add(1)
 	a.stats.commands.Add(uint64(len(batch)))
 	if a.cfg.Meter != nil {
-		a.cfg.Meter.RoundTrip(time.Since(start), len(cmds))
+		a.cfg.Meter.RoundTrip(time.Since(start), len(batch))
 	}
 	if skip > 0 {
 		n, _ := results[0].AsInt64()
@@ -403,38 +405,50 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	// of the second run are the ones that count.
 	if i := firstNoScript(results); i >= 0 {
 		cmds = cmds[:0]
-		for k := i; k < len(batch); k++ {
-			cmds = append(cmds, batch[k].build(client, true, a.cfg.EpochKey, j.epoch, &a.ttl))
+		for k := i * maxScriptOps; k < len(batch); k += maxScriptOps {
+			chunk := batch[k:min(k+maxScriptOps, len(batch))]
+			cmds = append(cmds, a.script.build(client, chunk, true, a.cfg.EpochKey, j.epoch, &a.ttl))
 		}
 		copy(results[i:], client.DoMulti(ctx, cmds...))
 	}
 
 	now := time.Now()
-	for i, r := range results {
-		e := &batch[i]
-		n, counter, holder, err := parseResult(r)
-		_, answered := rueidis.IsRedisErr(err)
-		switch {
-		case err != nil && answered: // an error reply: the node is up, the command did nothing
-			if !e.silent {
-				a.reply(e, Failed, now, err)
+	for c, r := range results {
+		chunk := batch[c*maxScriptOps : min((c+1)*maxScriptOps, len(batch))]
+		replies, err := r.ToArray()
+		if err == nil && len(replies) != len(chunk) {
+			err = fmt.Errorf("redlease: the batch script answered %d replies for %d commands", len(replies), len(chunk))
+		}
+		if _, answered := rueidis.IsRedisErr(err); err != nil && !answered {
+			a.unanswered(chunk, now, err, done)
+			continue
+		}
+		for i := range chunk {
+			e := &chunk[i]
+			n, counter, holder, rerr := int64(0), uint64(0), "", err
+			if rerr == nil {
+				n, counter, holder, rerr = parseReply(&replies[i])
 			}
-		case err != nil:
-			a.unanswered(batch[i:i+1], now, err, done)
-		case e.silent:
-		case n == 1:
-			a.replyCounter(e, now, counter)
-		case n == epochMissing:
-			done.lostData = true
-			a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine))
-		case holder != "": // counter: the key's PTTL
-			v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder}
-			if pttl := int64(counter); pttl >= 0 {
-				v.Until = now.Add(time.Duration(pttl) * time.Millisecond)
+			switch {
+			case rerr != nil: // an error reply: the node is up, the command did nothing
+				if !e.silent {
+					a.reply(e, Failed, now, rerr)
+				}
+			case e.silent:
+			case n == 1:
+				a.replyCounter(e, now, counter)
+			case n == epochMissing:
+				done.lostData = true
+				a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine))
+			case holder != "": // counter: the key's PTTL
+				v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder}
+				if pttl := int64(counter); pttl >= 0 {
+					v.Until = now.Add(time.Duration(pttl) * time.Millisecond)
+				}
+				a.answer(e, v)
+			default:
+				a.reply(e, Taken, now, nil)
 			}
-			a.answer(e, v)
-		default:
-			a.reply(e, Taken, now, nil)
 		}
 	}
 	return nil
@@ -469,12 +483,12 @@ func firstNoScript(results []rueidis.RedisResult) int {
 	return -1
 }
 
-// parseResult reads a script's answer: an integer, {1, counter} for a
-// fenced grant, or {0, PTTL, holder} for an acquire refused (counter then
-// carries the PTTL, which may be negative).
-func parseResult(r rueidis.RedisResult) (n int64, counter uint64, holder string, err error) {
-	msg, err := r.ToMessage()
-	if err != nil {
+// parseReply reads a command's reply in the batch script's answer: an
+// integer, {1, counter} for a fenced grant, or {0, PTTL, holder} for an
+// acquire refused (counter then carries the PTTL, which may be negative);
+// or an error reply.
+func parseReply(msg *rueidis.RedisMessage) (n int64, counter uint64, holder string, err error) {
+	if err = msg.Error(); err != nil {
 		return 0, 0, "", err
 	}
 	if !msg.IsArray() {

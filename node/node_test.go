@@ -3,6 +3,8 @@ package node
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -475,9 +477,10 @@ func TestMarkReachesOnlyTheJudgedProcess(t *testing.T) {
 	}
 }
 
-// A lease's cleanup release and its retry acquire share a batch while the
-// script cache holds only the acquire script: the release (NOSCRIPT) must
-// still take effect before the acquire, so the node ends up granting it.
+// A lease's cleanup release and its retry acquire share a batch after the
+// node's script cache was flushed: the batch before them fails with
+// NOSCRIPT and is sent again in full, and the release still takes effect
+// before the acquire, so the node ends up granting it.
 func TestNoScriptKeepsIssueOrder(t *testing.T) {
 	h := newHarnessCfg(t, Config{Timeout: 5 * time.Second, Quarantine: -1, HealthInterval: time.Hour})
 	ctx := t.Context()
@@ -485,9 +488,6 @@ func TestNoScriptKeepsIssueOrder(t *testing.T) {
 		t.Fatalf("%+v", v)
 	}
 	if _, err := h.server.Do(ctx, "SCRIPT", "FLUSH"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.server.Do(ctx, "SCRIPT", "LOAD", acquireLua); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.server.Pause(); err != nil { // the next command stalls on the wire
@@ -518,6 +518,63 @@ func TestNoScriptKeepsIssueOrder(t *testing.T) {
 	}
 	if v, ok, err := h.server.Get(ctx, "o"); err != nil || !ok || v != "me" {
 		t.Fatalf("key after release+acquire: %q %v %v; the node granted an acquire whose key is gone", v, ok, err)
+	}
+}
+
+// One batch runs in several script calls (maxScriptOps commands each);
+// every command gets its own reply, in order, and one that fails (a key
+// of the wrong type) fails alone.
+func TestBatchRepliesInOrder(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: 5 * time.Second, Quarantine: -1, HealthInterval: time.Hour})
+	ctx := t.Context()
+	if _, err := h.server.Do(ctx, "RPUSH", "list", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.server.Set(ctx, "taken", "other", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.server.Pause(); err != nil { // the next command stalls on the wire
+		t.Fatal(err)
+	}
+	h.system.Root.Send(h.node.PID, &Extend{Request: h.req("none", "me", 1), TTL: time.Minute})
+	waitFor(t, func() bool { return h.node.Stats().OnWire == 1 })
+	const n = 2*maxScriptOps + 10
+	want := map[uint64]Outcome{1: Taken} // by round: the extend finds no key
+	for i := range n {
+		round := uint64(i + 2)
+		key, o := "k"+strconv.Itoa(i), Granted
+		switch i {
+		case 3, maxScriptOps + 5:
+			key, o = "list", Failed
+		case maxScriptOps - 1, maxScriptOps, 2 * maxScriptOps:
+			key, o = "taken", Taken
+		}
+		want[round] = o
+		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req(key, "me", round), TTL: time.Minute})
+	}
+	waitFor(t, func() bool { return h.node.Stats().Queued == n })
+	if err := h.server.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	for range n + 1 {
+		select {
+		case v := <-h.votes:
+			if v.Outcome != want[v.Round] {
+				t.Errorf("round %d: %v (%v), want %v", v.Round, v.Outcome, v.Err, want[v.Round])
+			}
+			if v.Outcome == Failed && (v.Err == nil || !strings.Contains(v.Err.Error(), "WRONGTYPE")) {
+				t.Errorf("round %d failed with %v, want WRONGTYPE", v.Round, v.Err)
+			}
+			if v.Outcome == Taken && v.Round > 1 && v.Holder != Digest("other") {
+				t.Errorf("round %d: holder %q, want %q", v.Round, v.Holder, Digest("other"))
+			}
+			delete(want, v.Round)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no votes for rounds %v", want)
+		}
+	}
+	if b := h.node.Stats().Batches; b != 2 {
+		t.Fatalf("%d batches, want 2", b)
 	}
 }
 

@@ -10,26 +10,24 @@ import (
 	"github.com/redis/rueidis"
 )
 
-var (
-	//go:embed acquire.lua
-	acquireLua string
-	//go:embed extend.lua
-	extendLua string
-	//go:embed release.lua
-	releaseLua string
-	//go:embed acquire_fenced.lua
-	acquireFencedLua string
-	//go:embed fence.lua
-	fenceLua string
-	//go:embed epoch.lua
-	epochLua string
-	//go:embed queue.lua
-	queueLua string
-)
+// batch is the one script every batch runs (see batch.lua): each command
+// costs the node a few Redis calls, not a script call of its own.
+//
+//go:embed batch.lua
+var batchLua string
+
+var batchScript = newScript(batchLua)
+
+//go:embed epoch.lua
+var epochLua string
+
+// maxScriptOps bounds the commands of one batch script: the node runs
+// nothing else while it runs (64 take it tens of microseconds).
+const maxScriptOps = 64
 
 // script is a Lua script sent by SHA, and in full when the node's script
 // cache lost it (a restart, SCRIPT FLUSH, or eviction on Redis ≥ 7.4);
-// probes load every script ahead of use.
+// probes load it ahead of use.
 type script struct {
 	body, sha string
 }
@@ -37,16 +35,6 @@ type script struct {
 func newScript(body string) script {
 	sum := sha1.Sum([]byte(body))
 	return script{body: body, sha: hex.EncodeToString(sum[:])}
-}
-
-var scripts = [...]script{
-	opAcquire: newScript(acquireLua),
-	opExtend:  newScript(extendLua),
-	opRelease: newScript(releaseLua),
-
-	opAcquireFenced: newScript(acquireFencedLua),
-	opFence:         newScript(fenceLua),
-	opQueue:         newScript(queueLua),
 }
 
 // millis formats TTLs in milliseconds, remembering the last: nearly every
@@ -64,53 +52,63 @@ func (m *millis) format(d time.Duration) string {
 	return m.text
 }
 
-// build returns the EVALSHA command for e, or with full the EVAL command.
-// Acquires name the epoch key too, and require the marker epoch unless it
-// is "".
-func (e *entry) build(c rueidis.Client, full bool, epochKey, epoch string, ttl *millis) rueidis.Completed {
-	s := &scripts[e.op]
-	var (
-		keys   = [3]string{e.req.Key}
-		args   = [6]string{e.req.Value}
-		nk, na = 1, 1 // keys and args used
-	)
-	switch e.op {
-	case opAcquire, opAcquireFenced:
-		keys[1] = epochKey
-		args[1] = ttl.format(e.ttl)
-		args[2] = epoch
-		args[3] = e.since
-		nk, na = 2, 4
-		if e.op == opAcquireFenced {
-			keys[2] = e.fenceKey
-			nk = 3
-		}
-	case opExtend:
-		args[1] = ttl.format(e.ttl)
-		na = 2
-	case opRelease:
-		if e.announce {
-			args[1] = "1"
-		}
-		if e.leave {
-			args[2] = "1"
-		}
-		na = 3
-		if e.successor != "" {
-			args[3], args[4], args[5] = e.since, e.successor, ttl.format(e.ttl)
-			na = 6
-		}
-	case opQueue:
-		args[1] = e.since
-		args[2] = ttl.format(e.ttl)
-		na = 3
-	case opFence:
-		keys[1] = e.fenceKey
-		args[1] = strconv.FormatUint(e.token, 10)
-		nk, na = 2, 2
+// codes are the batch script's command codes, by op.
+var codes = [...]string{
+	opAcquire: "a", opAcquireFenced: "A", opExtend: "e", opRelease: "r", opQueue: "q", opFence: "f",
+}
+
+// scriptArgs is a batch script call in the making; the sender goroutine
+// keeps one and reuses it.
+type scriptArgs struct {
+	keys, args []string
+}
+
+// build returns the batch script's call for batch (EVALSHA, or with full
+// EVAL): acquires require the epoch marker epoch unless it is "".
+func (s *scriptArgs) build(c rueidis.Client, batch []entry, full bool, epochKey, epoch string, ttl *millis) rueidis.Completed {
+	s.keys = append(s.keys[:0], epochKey)
+	s.args = append(s.args[:0], epoch)
+	for i := range batch {
+		s.add(&batch[i], ttl)
 	}
 	if full {
-		return c.B().Eval().Script(s.body).Numkeys(int64(nk)).Key(keys[:nk]...).Arg(args[:na]...).Build()
+		return c.B().Eval().Script(batchScript.body).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.args...).Build()
 	}
-	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(nk)).Key(keys[:nk]...).Arg(args[:na]...).Build()
+	return c.B().Evalsha().Sha1(batchScript.sha).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.args...).Build()
+}
+
+// add appends e's code, keys and arguments (see batch.lua).
+func (s *scriptArgs) add(e *entry, ttl *millis) {
+	code := codes[e.op]
+	if e.op == opRelease && e.successor != "" {
+		code = "s"
+	}
+	s.keys = append(s.keys, e.req.Key)
+	s.args = append(s.args, code, e.req.Value)
+	switch e.op {
+	case opAcquire, opAcquireFenced:
+		if e.op == opAcquireFenced {
+			s.keys = append(s.keys, e.fenceKey)
+		}
+		s.args = append(s.args, ttl.format(e.ttl), e.since)
+	case opExtend:
+		s.args = append(s.args, ttl.format(e.ttl))
+	case opRelease:
+		s.args = append(s.args, flag(e.announce), flag(e.leave))
+		if e.successor != "" {
+			s.args = append(s.args, e.since, e.successor, ttl.format(e.ttl))
+		}
+	case opQueue:
+		s.args = append(s.args, e.since, ttl.format(e.ttl))
+	case opFence:
+		s.keys = append(s.keys, e.fenceKey)
+		s.args = append(s.args, strconv.FormatUint(e.token, 10))
+	}
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return ""
 }

@@ -1,0 +1,207 @@
+-- A node actor's batch: several commands, run in order in one call, so
+-- that a command costs the node a few Redis calls rather than a script
+-- call of its own.
+-- KEYS[1] the epoch key; ARGV[1] the epoch marker acquires require (the run
+-- id of this server process), or '' for none. Then, per command, its code
+-- in ARGV and its keys and arguments after those of the command before:
+--   a  acquire          KEYS lock;        ARGV value, TTL, since
+--   A  fenced acquire   KEYS lock, fence; ARGV value, TTL, since
+--   e  extend           KEYS lock;        ARGV value, TTL
+--   r  release          KEYS lock;        ARGV value, announce, leave
+--   s  release queueing a successor:      ARGV as r, then since, SHA1, TTL
+--   q  queue            KEYS lock;        ARGV value, since, TTL
+--   f  fence            KEYS lock, fence; ARGV value, token
+-- TTLs are in milliseconds; since is when a caller began to wait
+-- (milliseconds), or '' for a caller that does not queue. Answers one
+-- reply per command, in order; a command that fails (a key of the wrong
+-- type, say) answers an error and the others still run.
+--
+-- acquire grants (1) when the lock key was free or already held by this
+-- owner, so a retry after a lost reply is idempotent; it refuses when
+-- another owner holds it with {0, the key's PTTL, SHA1 of the holder's
+-- value}, so that a waiter knows when the key expires and whether one
+-- owner holds a quorum; and it answers -1 without granting when the epoch
+-- marker is not the one required: the node lost its data (FLUSHALL, a
+-- restart) and must sit out until every lease it may have held has
+-- expired. A refused caller that queues joins the resource's queue of
+-- waiters (<lock key>:queue, by when it began to wait, then by SHA1, with
+-- '~' last so that the queue outlives its waiters for twice the TTL:
+-- releases are announced while it exists), which release names the next
+-- waiter from; a grant takes it out. The queue only says who goes first:
+-- it never refuses anyone. A fenced grant answers {1, counter}: the
+-- node's fence counter, at least its clock in microseconds, so that it
+-- does not start again at zero after the node lost its data.
+--
+-- extend resets the TTL (1) only if this owner holds the key; else 0.
+--
+-- release deletes the key (1) only if this owner holds it; otherwise it
+-- leaves it (0). With announce ('1'), a deletion is announced on <lock
+-- key>:released while the resource has a queue (it was contended lately),
+-- as "<SHA1 of the value> <SHA1 of the next waiter, or nothing> <SHA1 of
+-- the waiter after it, or nothing>": the value as a refused acquire names
+-- the holder, the waiters as the queue orders them, so that the next one
+-- goes at once, the one after it stands in for it should it not come, and
+-- the others wait to be named. The waiter named leaves the queue: it goes
+-- at once, and a refusal puts it back in its place (by when it began to
+-- wait), but one that is gone (its engine died) is named once, not by
+-- every release while the resource stays contended. With leave ('1') the
+-- owner leaves the queue too; when it announces that while the key is
+-- free (a release may have named it next), it names the next waiter in
+-- its stead, with no holder: " <next> <after it>". A successor (the next
+-- caller in the owner's engine's line) joins the queue first, as its
+-- refused acquire would, so that the announcement can name it. An
+-- uncontended release costs one EXISTS more. PUBLISH goes through pcall,
+-- since a server may deny it (an ACL without channels): the release
+-- stands.
+--
+-- queue puts the caller in the queue of waiters without asking for the
+-- lock (1): a waiter that is to let the waiters named before it go first
+-- takes its place among them at once.
+--
+-- fence writes the lease's token back (raising the counter, never
+-- lowering it) only while this owner holds the lock key: 1; else 0.
+
+local epochOK = nil -- whether the marker is the one required, read once
+
+local function join(queue, since, member, ttl)
+  redis.call('ZADD', queue, 'NX', since, member, 'inf', '~')
+  if redis.call('PTTL', queue) < 2 * tonumber(ttl) then
+    redis.call('PEXPIRE', queue, 2 * tonumber(ttl))
+  end
+end
+
+local function acquire(lock, value, ttl, since)
+  if epochOK == nil then
+    epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1]
+  end
+  if not epochOK then
+    return -1
+  end
+  local queue = lock .. ':queue'
+  if redis.call('SET', lock, value, 'NX', 'PX', ttl) then
+    if since ~= '' then
+      redis.call('ZREM', queue, redis.sha1hex(value))
+    end
+    return 1
+  end
+  local holder = redis.call('GET', lock)
+  if holder == value then
+    redis.call('PEXPIRE', lock, ttl)
+    return 1
+  end
+  if since ~= '' then
+    join(queue, since, redis.sha1hex(value), ttl)
+  end
+  return {0, redis.call('PTTL', lock), redis.sha1hex(holder)}
+end
+
+local function counter(fence)
+  local now = redis.call('TIME')
+  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local c = tonumber(redis.call('GET', fence) or '0')
+  if c < floor then
+    c = floor
+  end
+  return {1, c}
+end
+
+local function release(lock, value, announce, leave, since, successor, ttl)
+  local queue = lock .. ':queue'
+  local queued = redis.call('EXISTS', queue) == 1
+  local me = nil
+  if leave == '1' and queued then
+    me = redis.sha1hex(value)
+    redis.call('ZREM', queue, me)
+  end
+  if successor and queued then
+    redis.call('ZADD', queue, 'NX', since, successor)
+    if redis.call('PTTL', queue) < 2 * tonumber(ttl) then
+      redis.call('PEXPIRE', queue, 2 * tonumber(ttl))
+    end
+  end
+  local holder = redis.call('GET', lock)
+  local deleted = holder == value
+  if deleted then
+    redis.call('DEL', lock)
+  end
+  if announce == '1' and queued and (deleted or (me and not holder)) then
+    local first = redis.call('ZRANGE', queue, 0, 1)
+    local next, standby = first[1] or '~', first[2] or '~'
+    if next == '~' then
+      next = ''
+    else
+      redis.call('ZREM', queue, next)
+    end
+    if standby == '~' then
+      standby = ''
+    end
+    if deleted or next ~= '' then
+      redis.pcall('PUBLISH', lock .. ':released',
+        (deleted and (me or redis.sha1hex(value)) or '') .. ' ' .. next .. ' ' .. standby)
+    end
+  end
+  if deleted then
+    return 1
+  end
+  return 0
+end
+
+local function extend(lock, value, ttl)
+  if redis.call('GET', lock) == value then
+    return redis.call('PEXPIRE', lock, ttl)
+  end
+  return 0
+end
+
+local function fence(lock, fenceKey, value, token)
+  if redis.call('GET', lock) ~= value then
+    return 0
+  end
+  if tonumber(redis.call('GET', fenceKey) or '0') < tonumber(token) then
+    redis.call('SET', fenceKey, token)
+  end
+  return 1
+end
+
+-- run runs the command coded c whose keys start at KEYS[k] and whose
+-- arguments at ARGV[a].
+local function run(c, k, a)
+  if c == 'a' then
+    return acquire(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2])
+  elseif c == 'A' then
+    local r = acquire(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2])
+    if r == 1 then
+      r = counter(KEYS[k + 1])
+    end
+    return r
+  elseif c == 'e' then
+    return extend(KEYS[k], ARGV[a], ARGV[a + 1])
+  elseif c == 'r' then
+    return release(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2])
+  elseif c == 's' then
+    return release(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+  elseif c == 'q' then
+    join(KEYS[k] .. ':queue', ARGV[a + 1], redis.sha1hex(ARGV[a]), ARGV[a + 2])
+    return 1
+  elseif c == 'f' then
+    return fence(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
+  end
+  error('unknown command ' .. c)
+end
+
+-- The keys and arguments each command takes.
+local keys = {a = 1, A = 2, e = 1, r = 1, s = 1, q = 1, f = 2}
+local args = {a = 3, A = 3, e = 2, r = 3, s = 6, q = 3, f = 2}
+
+local out = {}
+local k, a = 2, 2
+while a <= #ARGV do
+  local c = ARGV[a]
+  local ok, r = pcall(run, c, k, a + 1)
+  if not ok and (type(r) ~= 'table' or not r.err) then
+    r = {err = 'ERR redlease: ' .. tostring(r)}
+  end
+  out[#out + 1] = r
+  k, a = k + keys[c], a + 1 + args[c]
+end
+return out
