@@ -99,6 +99,7 @@ func (a *leaseActor) extended() {
 		return
 	}
 	a.armDeadline()
+	a.dropVotes()
 	a.answerWaiters(nil)
 	a.emit(Extended, nil)
 	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
@@ -111,6 +112,7 @@ func (a *leaseActor) extendFailed(cause error) {
 	a.clearAlarm()
 	a.phase = held
 	err := a.explain(cause)
+	a.dropVotes()
 	a.state.setAtDeadline(a.atDeadline(err))
 	a.answerWaiters(err)
 	a.emit(ExtendFailed, err)

@@ -230,7 +230,12 @@ type leaseActor struct {
 	// round numbers the commands sent to all nodes, across every lease the
 	// actor runs, so that a late vote never matches a later lease's round.
 	round uint64
-	votes []node.Vote // of the current round, by node; kept for the next lease
+	// votes are the current round's, by node; nil while a lease is held
+	// between rounds (dropVotes), and taken again by the next round.
+	// votesBox holds them in the pool, made once with them: putting a
+	// slice there would allocate its header every time.
+	votes    []node.Vote
+	votesBox *[]node.Vote
 	// alarm wakes the actor (a *wake) at perLease.alarmAt: the one timer
 	// of every lease it runs, made once.
 	alarm *time.Timer
@@ -319,9 +324,6 @@ func (a *leaseActor) begin(m *begin) {
 	a.perLease = perLease{cfg: m.cfg, state: m.state, firstRound: a.round + 1,
 		debug: m.cfg.Logger.Enabled(context.Background(), slog.LevelDebug),
 		info:  m.cfg.Logger.Enabled(context.Background(), slog.LevelInfo)}
-	if len(a.votes) != len(a.cfg.Nodes) {
-		a.votes = make([]node.Vote, len(a.cfg.Nodes))
-	}
 	if a.cfg.QueueAtOnce || a.cfg.Queued {
 		a.queue()
 	}
@@ -522,6 +524,7 @@ func (a *leaseActor) cleanUp(announce bool) {
 // message to each (node actors only read it).
 func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
 	a.round++
+	a.takeVotes()
 	clear(a.votes)
 	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self})
 	if to == nil {
@@ -535,6 +538,32 @@ func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
 		a.system.Root.Send(a.cfg.Nodes[i], c)
 	}
 	a.owed += len(to)
+}
+
+// takeVotes gives the actor a vote slice for a round, if it has none.
+func (a *leaseActor) takeVotes() {
+	n := len(a.cfg.Nodes)
+	if len(a.votes) == n {
+		return
+	}
+	if b, ok := a.pool.votes.Get().(*[]node.Vote); ok && len(*b) == n {
+		a.votes, a.votesBox = *b, b
+		return
+	}
+	a.votes, a.votesBox = make([]node.Vote, n), new([]node.Vote)
+}
+
+// dropVotes hands the decided round's votes back to the pool: a held
+// lease needs none until its next round (takeVotes), which saves a vote
+// per node for every lease held. Later votes of the round are ignored.
+func (a *leaseActor) dropVotes() {
+	if a.votes == nil {
+		return
+	}
+	clear(a.votes) // let go of their errors
+	*a.votesBox = a.votes
+	a.pool.votes.Put(a.votesBox)
+	a.votes, a.votesBox = nil, nil
 }
 
 func (a *leaseActor) acquireCmd(r node.Request) node.Command {
@@ -586,8 +615,8 @@ func (a *leaseActor) leaveCmd(r node.Request) node.Command {
 }
 
 func (a *leaseActor) vote(v *node.Vote) {
-	if v.Round != a.round {
-		return // from an earlier round
+	if v.Round != a.round || a.votes == nil {
+		return // from an earlier round, or from one decided already (dropVotes)
 	}
 	a.votes[v.Node] = *v
 	if a.debug {
@@ -651,6 +680,7 @@ func (a *leaseActor) hold() {
 	if a.cfg.WinningVotes {
 		r.Votes = slices.Clone(a.votes)
 	}
+	a.dropVotes()
 	a.reply(r)
 	a.emit(Acquired, nil)
 	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))

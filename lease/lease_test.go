@@ -138,6 +138,50 @@ func TestQuorumDecidesEarly(t *testing.T) {
 	}
 }
 
+// A held lease keeps no votes between rounds (dropVotes): the acquire
+// round's late votes find none and change nothing, and the next round
+// counts its own.
+func TestHeldLeaseVotesBetweenRounds(t *testing.T) {
+	f := newFakeNodes(t, 5)
+	reply, st := spawn(f, Config{TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, MaxHold: time.Minute})
+	r, to := round[*node.Acquire](t, f)
+	for _, n := range []int{0, 1, 2} {
+		f.vote(to, n, r, node.Granted)
+	}
+	if res := result(t, reply); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	f.vote(to, 3, r, node.Granted) // late, after the lease let go of its votes
+	f.vote(to, 4, r, node.Taken)
+	ext := make(chan ExtendResult, 1)
+	f.system.Root.Send(to, &Extend{State: st, Reply: ext})
+	r2, _ := round[*node.Extend](t, f)
+	if r2 <= r {
+		t.Fatalf("extend round %d after acquire round %d", r2, r)
+	}
+	for _, n := range []int{4, 3} {
+		f.vote(to, n, r2, node.Granted)
+	}
+	f.vote(to, 2, r2, node.Taken)
+	select {
+	case e := <-ext:
+		t.Fatalf("extended with 2 grants of 5: %v", e.Err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.vote(to, 0, r2, node.Granted)
+	select {
+	case e := <-ext:
+		if e.Err != nil {
+			t.Fatalf("3 grants of 5: %v", e.Err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer to Extend")
+	}
+	if err := st.Err(); err != nil {
+		t.Fatalf("lease ended: %v", err)
+	}
+}
+
 // Votes from an earlier round never count toward the current one.
 func TestStaleVotesIgnored(t *testing.T) {
 	f := newFakeNodes(t, 3)

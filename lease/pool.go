@@ -18,6 +18,10 @@ type Pool struct {
 	props  *actor.Props // one for all the pool's actors
 	keep   int
 
+	// votes keeps the actors' vote slices (*[]node.Vote) between rounds:
+	// a held lease between extensions needs none.
+	votes sync.Pool
+
 	mu     sync.Mutex
 	idle   []*actor.PID
 	closed bool
