@@ -671,7 +671,9 @@ func (a *leaseActor) answerRelease(all bool) {
 func (a *leaseActor) hold() {
 	a.clearAlarm()
 	a.phase = held
-	a.cfg.BackOff = nil // acquiring is over: free it for as long as the lease is held
+	// Acquiring is over: free what only it used, for as long as the lease
+	// is held.
+	a.cfg.BackOff, a.failedVotes, a.heard = nil, nil, nil
 	a.acquired = a.start
 	a.state.token = a.token
 	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL), a.atDeadline(nil))
@@ -1180,6 +1182,7 @@ func (a *leaseActor) reply(r Result) {
 	if !a.replied {
 		a.replied = true
 		a.cfg.Reply <- r
+		a.cfg.Reply = nil // the caller has it: a held lease keeps no channel for it
 		if r.Err != nil && a.cfg.Line != nil {
 			a.cfg.Line.Done(false)
 		}
