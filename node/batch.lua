@@ -61,6 +61,9 @@
 -- fence writes the lease's token back (raising the counter, never
 -- lowering it) only while this owner holds the lock key: 1; else 0.
 
+-- Each call runs this body again, closures included, so it defines only
+-- what a command needs more than once: run, and join.
+
 local epochOK = nil -- whether the marker is the one required, read once
 
 local function join(queue, since, member, ttl)
@@ -70,138 +73,126 @@ local function join(queue, since, member, ttl)
   end
 end
 
-local function acquire(lock, value, ttl, since)
-  if epochOK == nil then
-    epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1]
-  end
-  if not epochOK then
-    return -1
-  end
-  local queue = lock .. ':queue'
-  if redis.call('SET', lock, value, 'NX', 'PX', ttl) then
-    if since ~= '' then
-      redis.call('ZREM', queue, redis.sha1hex(value))
-    end
-    return 1
-  end
-  local holder = redis.call('GET', lock)
-  if holder == value then
-    redis.call('PEXPIRE', lock, ttl)
-    return 1
-  end
-  if since ~= '' then
-    join(queue, since, redis.sha1hex(value), ttl)
-  end
-  return {0, redis.call('PTTL', lock), redis.sha1hex(holder)}
-end
-
-local function counter(fence)
-  local now = redis.call('TIME')
-  local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local c = tonumber(redis.call('GET', fence) or '0')
-  if c < floor then
-    c = floor
-  end
-  return {1, c}
-end
-
-local function release(lock, value, announce, leave, since, successor, ttl)
-  local queue = lock .. ':queue'
-  local queued = redis.call('EXISTS', queue) == 1
-  local me = nil
-  if leave == '1' and queued then
-    me = redis.sha1hex(value)
-    redis.call('ZREM', queue, me)
-  end
-  if successor and queued then
-    redis.call('ZADD', queue, 'NX', since, successor)
-    if redis.call('PTTL', queue) < 2 * tonumber(ttl) then
-      redis.call('PEXPIRE', queue, 2 * tonumber(ttl))
-    end
-  end
-  local holder = redis.call('GET', lock)
-  local deleted = holder == value
-  if deleted then
-    redis.call('DEL', lock)
-  end
-  if announce == '1' and queued and (deleted or (me and not holder)) then
-    local first = redis.call('ZRANGE', queue, 0, 1)
-    local next, standby = first[1] or '~', first[2] or '~'
-    if next == '~' then
-      next = ''
-    else
-      redis.call('ZREM', queue, next)
-    end
-    if standby == '~' then
-      standby = ''
-    end
-    if deleted or next ~= '' then
-      redis.pcall('PUBLISH', lock .. ':released',
-        (deleted and (me or redis.sha1hex(value)) or '') .. ' ' .. next .. ' ' .. standby)
-    end
-  end
-  if deleted then
-    return 1
-  end
-  return 0
-end
-
-local function extend(lock, value, ttl)
-  if redis.call('GET', lock) == value then
-    return redis.call('PEXPIRE', lock, ttl)
-  end
-  return 0
-end
-
-local function fence(lock, fenceKey, value, token)
-  if redis.call('GET', lock) ~= value then
-    return 0
-  end
-  if tonumber(redis.call('GET', fenceKey) or '0') < tonumber(token) then
-    redis.call('SET', fenceKey, token)
-  end
-  return 1
-end
-
 -- run runs the command coded c whose keys start at KEYS[k] and whose
 -- arguments at ARGV[a].
 local function run(c, k, a)
-  if c == 'a' then
-    return acquire(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2])
-  elseif c == 'A' then
-    local r = acquire(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2])
-    if r == 1 then
-      r = counter(KEYS[k + 1])
+  local lock, value = KEYS[k], ARGV[a]
+  if c == 'a' or c == 'A' then
+    local ttl, since = ARGV[a + 1], ARGV[a + 2]
+    if epochOK == nil then
+      epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1]
     end
-    return r
+    if not epochOK then
+      return -1
+    end
+    local queue = lock .. ':queue'
+    if redis.call('SET', lock, value, 'NX', 'PX', ttl) then
+      if since ~= '' then
+        redis.call('ZREM', queue, redis.sha1hex(value))
+      end
+    else
+      local holder = redis.call('GET', lock)
+      if holder ~= value then
+        if since ~= '' then
+          join(queue, since, redis.sha1hex(value), ttl)
+        end
+        return {0, redis.call('PTTL', lock), redis.sha1hex(holder)}
+      end
+      redis.call('PEXPIRE', lock, ttl)
+    end
+    if c == 'a' then
+      return 1
+    end
+    local now = redis.call('TIME')
+    local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    local counter = tonumber(redis.call('GET', KEYS[k + 1]) or '0')
+    if counter < floor then
+      counter = floor
+    end
+    return {1, counter}
   elseif c == 'e' then
-    return extend(KEYS[k], ARGV[a], ARGV[a + 1])
-  elseif c == 'r' then
-    return release(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2])
-  elseif c == 's' then
-    return release(KEYS[k], ARGV[a], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    if redis.call('GET', lock) == value then
+      return redis.call('PEXPIRE', lock, ARGV[a + 1])
+    end
+    return 0
+  elseif c == 'r' or c == 's' then
+    local announce, leave = ARGV[a + 1], ARGV[a + 2]
+    local queue = lock .. ':queue'
+    local queued = redis.call('EXISTS', queue) == 1
+    local me = nil
+    if leave == '1' and queued then
+      me = redis.sha1hex(value)
+      redis.call('ZREM', queue, me)
+    end
+    if c == 's' and queued then
+      local ttl = ARGV[a + 5]
+      redis.call('ZADD', queue, 'NX', ARGV[a + 3], ARGV[a + 4])
+      if redis.call('PTTL', queue) < 2 * tonumber(ttl) then
+        redis.call('PEXPIRE', queue, 2 * tonumber(ttl))
+      end
+    end
+    local holder = redis.call('GET', lock)
+    local deleted = holder == value
+    if deleted then
+      redis.call('DEL', lock)
+    end
+    if announce == '1' and queued and (deleted or (me and not holder)) then
+      local first = redis.call('ZRANGE', queue, 0, 1)
+      local next, standby = first[1] or '~', first[2] or '~'
+      if next == '~' then
+        next = ''
+      else
+        redis.call('ZREM', queue, next)
+      end
+      if standby == '~' then
+        standby = ''
+      end
+      if deleted or next ~= '' then
+        redis.pcall('PUBLISH', lock .. ':released',
+          (deleted and (me or redis.sha1hex(value)) or '') .. ' ' .. next .. ' ' .. standby)
+      end
+    end
+    if deleted then
+      return 1
+    end
+    return 0
   elseif c == 'q' then
-    join(KEYS[k] .. ':queue', ARGV[a + 1], redis.sha1hex(ARGV[a]), ARGV[a + 2])
+    join(lock .. ':queue', ARGV[a + 1], redis.sha1hex(value), ARGV[a + 2])
     return 1
   elseif c == 'f' then
-    return fence(KEYS[k], KEYS[k + 1], ARGV[a], ARGV[a + 1])
+    if redis.call('GET', lock) ~= value then
+      return 0
+    end
+    local fence, token = KEYS[k + 1], ARGV[a + 1]
+    if tonumber(redis.call('GET', fence) or '0') < tonumber(token) then
+      redis.call('SET', fence, token)
+    end
+    return 1
   end
   error('unknown command ' .. c)
 end
 
--- The keys and arguments each command takes.
-local keys = {a = 1, A = 2, e = 1, r = 1, s = 1, q = 1, f = 2}
-local args = {a = 3, A = 3, e = 2, r = 3, s = 6, q = 3, f = 2}
-
 local out = {}
-local k, a = 2, 2
-while a <= #ARGV do
+local k, a, n = 2, 2, #ARGV
+while a <= n do
   local c = ARGV[a]
   local ok, r = pcall(run, c, k, a + 1)
   if not ok and (type(r) ~= 'table' or not r.err) then
     r = {err = 'ERR redlease: ' .. tostring(r)}
   end
   out[#out + 1] = r
-  k, a = k + keys[c], a + 1 + args[c]
+  -- Step over its keys and arguments.
+  if c == 'A' or c == 'f' then
+    k = k + 2
+  else
+    k = k + 1
+  end
+  if c == 'e' or c == 'f' then
+    a = a + 3
+  elseif c == 's' then
+    a = a + 7
+  else
+    a = a + 4
+  end
 end
 return out
