@@ -50,17 +50,18 @@ func settleHeap() {
 
 // heldOut is what a held run measured, beyond the counters.
 type heldOut struct {
-	leases       int // held at the end of the acquisition
-	heapPerLease float64
-	acquire      []time.Duration // sorted
-	release      []time.Duration // sorted; only with -nodes
-	window       time.Duration   // the hold, as measured
-	late         []time.Duration // sorted; extensions whose round started in the hold
-	extendFailed int             // ExtendFailed events before the loss phase
-	lags         []time.Duration // sorted; nil without the loss phase
-	dropped      uint64
-	errors       int
-	firstErr     error
+	leases         int             // held at the end of the acquisition
+	heapPerLease   float64         // no holder has called Events
+	heapWithEvents float64         // every holder has
+	acquire        []time.Duration // sorted
+	release        []time.Duration // sorted; only with -nodes
+	window         time.Duration   // the hold, as measured
+	late           []time.Duration // sorted; extensions whose round started in the hold
+	extendFailed   int             // ExtendFailed events before the loss phase
+	lags           []time.Duration // sorted; nil without the loss phase
+	dropped        uint64
+	errors         int
+	firstErr       error
 }
 
 func (h *heldOut) fail(err error) {
@@ -200,6 +201,19 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	out.acquire = slices.Concat(acq...)
 	slices.Sort(out.acquire)
 
+	// A lease makes its event channel on the holder's first Events call:
+	// the heap again once every holder asked for it, as the sweeper below
+	// does from now on.
+	for _, l := range leases {
+		if l != nil {
+			_ = l.Events()
+		}
+	}
+	settleHeap()
+	var asked runtime.MemStats
+	runtime.ReadMemStats(&asked)
+	out.heapWithEvents = float64(int64(asked.HeapAlloc)-int64(before.HeapAlloc)) / float64(out.leases)
+
 	// The holders' reader: empties each lease's own event channel.
 	sweepDone := make(chan struct{})
 	var sweeper sync.WaitGroup
@@ -270,7 +284,7 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	}
 
 	res := summarizeHeld(r, len(b.addrs), &out, beforeSnap, afterSnap, progressWrites)
-	summary := fmt.Sprintf("%.0f ext/s, late p99 %s, %.0f B/lease", res.CyclesPerS, fmtMicros(*res.ExtendLateP99), *res.HeapPerLease)
+	summary := fmt.Sprintf("%.0f ext/s, late p99 %s, %.0f B/lease (%.0f with Events)", res.CyclesPerS, fmtMicros(*res.ExtendLateP99), *res.HeapPerLease, *res.HeapWithEvents)
 	if res.LostLagP99 != nil {
 		summary += fmt.Sprintf(", lost lag p99 %s p99.9 %s, Done before Until in %.2f%%",
 			fmtMicros(*res.LostLagP99), fmtMicros(*res.LostLagP999), 100**res.LostBeforeUntil)

@@ -137,6 +137,8 @@ the calls inside scripts too).
 Held runs get a table of their own, after the others (latencies in µs):
   heap B/l  heap per lease: HeapAlloc after runtime.GC once the leases are
             acquired, minus the same before, over the leases held
+  +events   the same once every holder called Lease.Events, which makes
+            the lease's event channel
   ext/s     extensions whose round started during the hold, per second
   late      how late those extension rounds started against their plan,
             p50/p99/max: consecutive Untils of a lease are round starts plus
@@ -158,7 +160,8 @@ Held runs get a table of their own, after the others (latencies in µs):
   errors    failed acquires, leases that ended during the hold, leases not
             ended with ErrLeaseLost within TTL+5s of the pause, failed
             releases
-In -json a held run has leases, heap_bytes_per_lease, extensions_per_s,
+In -json a held run has leases, heap_bytes_per_lease,
+heap_bytes_per_lease_with_events, extensions_per_s,
 extend_late_{p50,p99,max}_us, extend_failed (ExtendFailed events before the
 loss phase), events_dropped, lost_lag_{p50,p99,p999,max}_us and
 lost_before_until (a fraction; both omitted with -nodes), and keeps the common fields: workers = the 64 acquiring goroutines,

@@ -71,6 +71,7 @@ type Result struct {
 	// phase, which runs only on nodes the bench started itself.
 	Leases         *int     `json:"leases,omitempty"`
 	HeapPerLease   *float64 `json:"heap_bytes_per_lease,omitempty"`
+	HeapWithEvents *float64 `json:"heap_bytes_per_lease_with_events,omitempty"`
 	ExtensionsPerS *float64 `json:"extensions_per_s,omitempty"`
 	ExtendLateP50  *float64 `json:"extend_late_p50_us,omitempty"`
 	ExtendLateP99  *float64 `json:"extend_late_p99_us,omitempty"`
@@ -168,10 +169,10 @@ func summarizeHeld(r run, nodes int, h *heldOut, before, after snapshot, progres
 		res.FirstError = h.firstErr.Error()
 	}
 	res.costs(before, after, progressWrites)
-	leases, heap, perS := h.leases, h.heapPerLease, res.CyclesPerS
+	leases, heap, heapEv, perS := h.leases, h.heapPerLease, h.heapWithEvents, res.CyclesPerS
 	p50, p99, pmax := quantile(h.late, 0.50), quantile(h.late, 0.99), quantile(h.late, 1)
 	failed, dropped := h.extendFailed, h.dropped
-	res.Leases, res.HeapPerLease, res.ExtensionsPerS = &leases, &heap, &perS
+	res.Leases, res.HeapPerLease, res.HeapWithEvents, res.ExtensionsPerS = &leases, &heap, &heapEv, &perS
 	res.ExtendLateP50, res.ExtendLateP99, res.ExtendLateMax = &p50, &p99, &pmax
 	res.ExtendFailed, res.EventsDropped = &failed, &dropped
 	if h.lags != nil {
@@ -232,9 +233,9 @@ func printCompareTable(w io.Writer, results []Result) {
 // printHeldTable writes the held runs: memory, extension pace and
 // lateness, lost-signal lag, and costs per extension.
 func printHeldTable(w io.Writer, results []Result) {
-	const head = "%-8s %8s %8s %8s %8s %8s %9s %9s %10s %9s %8s %8s %8s %7s %7s %6s\n"
+	const head = "%-8s %8s %8s %8s %8s %8s %8s %9s %9s %10s %9s %8s %8s %8s %7s %7s %6s\n"
 	fmt.Fprintf(w, "held (redlease only): %v TTL, auto-extended at TTL/3; latencies in µs; CPU in µs and writes (write syscalls, this process) per extension\n", heldTTL)
-	fmt.Fprintf(w, head, "leases", "heap B/l", "ext/s", "late p50", "late p99", "late max",
+	fmt.Fprintf(w, head, "leases", "heap B/l", "+events", "ext/s", "late p50", "late p99", "late max",
 		"lost p50", "lost p99", "lost p99.9", "lost max", "<Until %", "cli CPU", "srv CPU", "writes", "dropped", "errors")
 	f0 := func(p *float64) string {
 		if p == nil {
@@ -256,7 +257,7 @@ func printHeldTable(w io.Writer, results []Result) {
 		if r.EventsDropped != nil {
 			dropped = fmt.Sprint(*r.EventsDropped)
 		}
-		fmt.Fprintf(w, head, leases, f0(r.HeapPerLease), f0(r.ExtensionsPerS),
+		fmt.Fprintf(w, head, leases, f0(r.HeapPerLease), f0(r.HeapWithEvents), f0(r.ExtensionsPerS),
 			f0(r.ExtendLateP50), f0(r.ExtendLateP99), f0(r.ExtendLateMax),
 			f0(r.LostLagP50), f0(r.LostLagP99), f0(r.LostLagP999), f0(r.LostLagMax), pct(r.LostBeforeUntil),
 			fmt.Sprintf("%.1f", r.ClientCPU), fmt.Sprintf("%.1f", r.ServerCPU), fmt.Sprintf("%.2f", r.WriteSyscalls),

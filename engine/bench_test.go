@@ -24,8 +24,10 @@ import (
 //     time), the Lease the caller keeps, and the reply channel (a buffered
 //     channel is two: its header and its buffer).
 //   - 2 for context.AfterFunc, so that a cancelled ctx stops the retries.
-//   - 5 for the lease's State and its Done, Stopped and Events channels
-//     (Events buffered: two), which the API hands to the holder.
+//   - 4 for the lease's State, its Done and Stopped channels, which the
+//     API hands to the holder, and the slice its events wait in until the
+//     holder first asks for its Events channel (which nobody does here:
+//     that would be two more).
 //   - 1 for the message that hands the lease to a pooled lease actor (it
 //     carries the lease's Config).
 //   - 2 commands, one per round (acquire, release), each shared by the

@@ -152,7 +152,9 @@ type Config struct {
 	RetryBackOff func() backoff.BackOff
 	// EventBuffer is the capacity of each lease's event channel. When it is
 	// full, non-terminal events are dropped (and counted); the terminal one
-	// always fits. Default 8; at least 2.
+	// always fits. Default 8; at least 2. The channel is made by the first
+	// Lease.Events call; until then the lease keeps its events as the
+	// channel would (a lease whose holder never asks costs no channel).
 	EventBuffer int
 	// Client is the template for each node's rueidis client (TLS, auth,
 	// dialer; ClientName defaults to "redlease"). So that commands reach a

@@ -49,15 +49,13 @@ type Event struct {
 	Wake     WakeCause // for Woken: why
 }
 
-// emit delivers ev on the lease's own channel without ever blocking: the
-// last slot is kept for the terminal event, so only non-terminal events
-// can be dropped (and are counted). The owner gets it too (Owner.Publish).
+// emit delivers ev on the lease's own channel without ever blocking (see
+// State.deliver): the last slot is kept for the terminal event, after
+// which the channel closes, so only non-terminal events can be dropped
+// (and are counted). The owner gets it too (Owner.Publish).
 func (a *leaseActor) emit(kind EventKind, err error) {
 	ev := Event{Kind: kind, Resource: a.cfg.Resource, Token: a.state.token, Until: a.state.Until(), Err: err}
-	ch := a.state.events
-	if kind.Terminal() || len(ch) < cap(ch)-1 {
-		ch <- ev
-	} else if a.cfg.Owner != nil {
+	if !a.state.deliver(ev) && a.cfg.Owner != nil {
 		a.cfg.Owner.Dropped()
 	}
 	if a.cfg.Owner != nil {

@@ -1085,8 +1085,7 @@ func (a *leaseActor) wrapUp(err error) {
 	a.phase = ended
 	a.stopTimers()
 	kind := terminalKind(err)
-	a.emit(kind, err)
-	close(a.state.events)
+	a.emit(kind, err) // and closes the event channel
 	if a.cfg.Owner != nil {
 		a.cfg.Owner.Ended(time.Since(a.acquired), err)
 	}

@@ -43,7 +43,7 @@ func (p *Pool) Start(cfg Config) (*actor.PID, *State) {
 	if cfg.Logger == nil {
 		cfg.Logger = actors.Discard
 	}
-	st := newState(cfg.EventBuffer)
+	st := newState(cfg.Resource, cfg.EventBuffer)
 	p.mu.Lock()
 	var pid *actor.PID
 	if n := len(p.idle); n > 0 {

@@ -13,12 +13,19 @@ import (
 type State struct {
 	done    chan struct{} // closed once, under mu, by whoever ends the lease: the actor or its deadline timer
 	stopped chan struct{} // closed by the actor when it is done with the lease
-	events  chan Event    // sent to and closed by the actor only
-	err     error         // written once, before done closes
-	start   time.Time     // start of the winning round, written before the Result is sent
-	token   uint64        // fencing token, written before the Result is sent
-	until   atomic.Int64  // validity deadline, in nanoseconds after start
-	margin  time.Duration // the lease ends this long before until; written before the Result is sent
+	// The event channel is made by the first Events call; until then the
+	// events are kept in early, as the channel would keep them: a lease
+	// whose holder never reads them costs a small slice, not a channel
+	// (most of a lease's heap, at the default buffer). Both under mu.
+	events   chan Event
+	early    []earlyEvent
+	eventCap int
+	resource string
+	err      error         // written once, before done closes
+	start    time.Time     // start of the winning round, written before the Result is sent
+	token    uint64        // fencing token, written before the Result is sent
+	until    atomic.Int64  // validity deadline, in nanoseconds after start
+	margin   time.Duration // the lease ends this long before until; written before the Result is sent
 
 	mu         sync.Mutex
 	onEnd      []func() // run once, when the lease ends
@@ -26,8 +33,16 @@ type State struct {
 	atDeadline error // what the lease ends with if its deadline passes
 }
 
-func newState(events int) *State {
-	return &State{done: make(chan struct{}), stopped: make(chan struct{}), events: make(chan Event, max(events, 2))}
+// earlyEvent is an Event before the channel was made, less what every
+// event of the lease shares (Resource, Token).
+type earlyEvent struct {
+	kind  EventKind
+	until time.Time
+	err   error
+}
+
+func newState(resource string, events int) *State {
+	return &State{done: make(chan struct{}), stopped: make(chan struct{}), resource: resource, eventCap: max(events, 2)}
 }
 
 // Done is closed when the lease ends, for any reason, exactly once: by the
@@ -42,7 +57,50 @@ func (s *State) Done() <-chan struct{} { return s.done }
 func (s *State) Stopped() <-chan struct{} { return s.stopped }
 
 // Events is the lease's event channel, closed after the terminal event.
-func (s *State) Events() <-chan Event { return s.events }
+// The first call makes it, with the events so far in it.
+func (s *State) Events() <-chan Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.events == nil {
+		s.events = make(chan Event, s.eventCap)
+		for _, e := range s.early {
+			s.events <- Event{Kind: e.kind, Resource: s.resource, Token: s.token, Until: e.until, Err: e.err}
+		}
+		if n := len(s.early); n > 0 && s.early[n-1].kind.Terminal() {
+			close(s.events)
+		}
+		s.early = nil
+	}
+	return s.events
+}
+
+// deliver puts ev on the event channel (or where it waits for the
+// channel) without blocking: the last place is kept for the terminal
+// event, after which the channel closes. False: ev was dropped, for want
+// of room.
+func (s *State) deliver(ev Event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	terminal := ev.Kind.Terminal()
+	if ch := s.events; ch != nil {
+		if !terminal && len(ch) >= cap(ch)-1 {
+			return false
+		}
+		ch <- ev
+		if terminal {
+			close(ch)
+		}
+		return true
+	}
+	if !terminal && len(s.early) >= s.eventCap-1 {
+		return false
+	}
+	if s.early == nil {
+		s.early = make([]earlyEvent, 0, 2) // Acquired and the end, most often
+	}
+	s.early = append(s.early, earlyEvent{ev.Kind, ev.Until, ev.Err})
+	return true
+}
 
 // Err is nil while the lease is held, and why it ended after Done closed.
 func (s *State) Err() error {

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -76,7 +77,7 @@ func TestEndMargin(t *testing.T) {
 // not before.
 func TestStateEndsBeforeUntil(t *testing.T) {
 	const ttl = 3 * time.Second
-	s := newState(2)
+	s := newState("r", 2)
 	start := time.Now()
 	until := start.Add(ttl)
 	s.hold(start, until, EndMargin(ttl), ErrExpired)
@@ -91,5 +92,58 @@ func TestStateEndsBeforeUntil(t *testing.T) {
 	}
 	if !errors.Is(s.Err(), ErrExpired) {
 		t.Fatalf("Err = %v, want ErrExpired", s.Err())
+	}
+}
+
+// A lease's events wait for its first Events call as they would in its
+// channel: the same ones are kept, dropped and closed after, whenever the
+// holder first asks.
+func TestEventsBeforeAndAfterTheFirstCall(t *testing.T) {
+	until := time.Now()
+	evs := []Event{{Kind: Acquired, Until: until}}
+	for i := range 5 {
+		evs = append(evs, Event{Kind: Extended, Until: until.Add(time.Duration(i+1) * time.Second)})
+	}
+	evs = append(evs, Event{Kind: Released, Until: until.Add(5 * time.Second), Err: ErrReleased})
+	for asked := range len(evs) + 1 { // Events first called after this many events
+		s := newState("r", 4)
+		s.token = 7
+		var ch <-chan Event
+		var kept []bool
+		for i, ev := range evs {
+			if i == asked {
+				ch = s.Events()
+			}
+			ev.Resource, ev.Token = "r", 7
+			kept = append(kept, s.deliver(ev))
+		}
+		if ch == nil {
+			ch = s.Events()
+		}
+		if want := []bool{true, true, true, false, false, false, true}; !slices.Equal(kept, want) {
+			t.Fatalf("asked after %d: delivered %v, want %v", asked, kept, want)
+		}
+		var got []Event
+	read:
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					break read
+				}
+				got = append(got, ev)
+			case <-time.After(time.Second):
+				t.Fatalf("asked after %d: the channel was not closed after %+v", asked, got)
+			}
+		}
+		want := []Event{evs[0], evs[1], evs[2], evs[6]}
+		for i := range want {
+			want[i].Resource, want[i].Token = "r", 7
+		}
+		if !slices.EqualFunc(got, want, func(a, b Event) bool {
+			return a.Kind == b.Kind && a.Until.Equal(b.Until) && a.Err == b.Err && a.Resource == b.Resource && a.Token == b.Token
+		}) {
+			t.Fatalf("asked after %d: got %+v, want %+v", asked, got, want)
+		}
 	}
 }
