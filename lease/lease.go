@@ -526,7 +526,7 @@ func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
 	a.round++
 	a.takeVotes()
 	clear(a.votes)
-	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self})
+	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Sent: time.Now()})
 	if to == nil {
 		for _, pid := range a.cfg.Nodes {
 			a.system.Root.Send(pid, c)

@@ -20,6 +20,10 @@ type Request struct {
 	Value   string     // the lease owner's random value
 	Round   uint64     // echoed in the Vote so the sender can drop stale ones
 	ReplyTo *actor.PID // receives exactly one *Vote; nil: nobody waits for it
+	// Sent is when the sender sent it (zero: when it reaches the node
+	// actor). The command's timeout and its vote's RTT count from it: one
+	// clock reading for a round's commands to every node, not one each.
+	Sent time.Time
 }
 
 func (r *Request) request() *Request { return r }
@@ -137,7 +141,7 @@ type Vote struct {
 	Node        int           // index of the node in the engine's list
 	Round       uint64        // the command's Round
 	Outcome     Outcome       // what the node did
-	RTT         time.Duration // from the command reaching the node actor to the answer
+	RTT         time.Duration // from the command's Request.Sent (or its reaching the node actor) to the answer
 	Err         error         // set for Timeout and Failed
 	Counter     uint64        // a fenced acquire's grant: the node's fence counter
 	// Until: for an acquire refused with ErrQuarantined, when the node's

@@ -27,7 +27,7 @@ type Config struct {
 	Index   int           // position in the engine's node list, echoed in votes
 	Addr    string        // host:port, for logs
 	Conn    *Conn         // the node's connection; the actor closes it
-	Timeout time.Duration // per command, from reaching the actor to the answer
+	Timeout time.Duration // per command, from its Request.Sent (or reaching the actor) to the answer
 	Logger  *slog.Logger
 	// Dispatcher runs the actor's mailbox; nil for protoactor's default.
 	Dispatcher actor.Dispatcher
@@ -239,7 +239,10 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 }
 
 func (a *nodeActor) enqueue(e entry) {
-	e.queued = time.Now()
+	e.queued = e.req.Sent
+	if e.queued.IsZero() {
+		e.queued = time.Now()
+	}
 	a.queue = append(a.queue, e)
 	a.flush()
 }
