@@ -381,9 +381,8 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 		cmds = append(cmds, markCmd(client, a.cfg.EpochKey, j.mark))
 	}
 	skip := len(cmds)
-	for i := 0; i < len(batch); i += maxScriptOps {
-		chunk := batch[i:min(i+maxScriptOps, len(batch))]
-		cmds = append(cmds, a.script.build(client, chunk, false, a.cfg.EpochKey, j.epoch, &a.ttl))
+	for c := range chunks(len(batch)) {
+		cmds = append(cmds, a.script.build(client, chunkOf(batch, c), false, a.cfg.EpochKey, j.epoch, &a.ttl))
 	}
 	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)
@@ -408,53 +407,69 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 	// of the second run are the ones that count.
 	if i := firstNoScript(results); i >= 0 {
 		cmds = cmds[:0]
-		for k := i * maxScriptOps; k < len(batch); k += maxScriptOps {
-			chunk := batch[k:min(k+maxScriptOps, len(batch))]
-			cmds = append(cmds, a.script.build(client, chunk, true, a.cfg.EpochKey, j.epoch, &a.ttl))
+		for c := i; c < chunks(len(batch)); c++ {
+			cmds = append(cmds, a.script.build(client, chunkOf(batch, c), true, a.cfg.EpochKey, j.epoch, &a.ttl))
 		}
 		copy(results[i:], client.DoMulti(ctx, cmds...))
 	}
 
 	now := time.Now()
 	for c, r := range results {
-		chunk := batch[c*maxScriptOps : min((c+1)*maxScriptOps, len(batch))]
+		chunk := chunkOf(batch, c)
 		replies, err := r.ToArray()
 		if err == nil && len(replies) != len(chunk) {
 			err = fmt.Errorf("redlease: the batch script answered %d replies for %d commands", len(replies), len(chunk))
 		}
-		if _, answered := rueidis.IsRedisErr(err); err != nil && !answered {
+		if err == nil {
+			for i := range chunk {
+				a.answerReply(&chunk[i], &replies[i], now, done)
+			}
+			continue
+		}
+		if _, answered := rueidis.IsRedisErr(err); !answered {
 			a.unanswered(chunk, now, err, done)
 			continue
 		}
-		for i := range chunk {
-			e := &chunk[i]
-			n, counter, holder, rerr := int64(0), uint64(0), "", err
-			if rerr == nil {
-				n, counter, holder, rerr = parseReply(&replies[i])
-			}
-			switch {
-			case rerr != nil: // an error reply: the node is up, the command did nothing
-				if !e.silent {
-					a.reply(e, Failed, now, rerr)
-				}
-			case e.silent:
-			case n == 1:
-				a.replyCounter(e, now, counter)
-			case n == epochMissing:
-				done.lostData = true
-				a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine))
-			case holder != "": // counter: the key's PTTL
-				v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder}
-				if pttl := int64(counter); pttl >= 0 {
-					v.Until = now.Add(time.Duration(pttl) * time.Millisecond)
-				}
-				a.answer(e, v)
-			default:
-				a.reply(e, Taken, now, nil)
+		for i := range chunk { // the call failed as a whole: no command has its own answer
+			if !chunk[i].silent {
+				a.reply(&chunk[i], Failed, now, err)
 			}
 		}
 	}
 	return nil
+}
+
+// chunks is how many batch script calls carry n commands.
+func chunks(n int) int { return (n + maxScriptOps - 1) / maxScriptOps }
+
+// chunkOf is the commands of batch that script call c carries.
+func chunkOf(batch []entry, c int) []entry {
+	return batch[c*maxScriptOps : min((c+1)*maxScriptOps, len(batch))]
+}
+
+// answerReply answers e with its reply in the batch script's answer.
+func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.Time, done *sent) {
+	n, counter, holder, err := parseReply(reply)
+	switch {
+	case err != nil: // an error reply: the node is up, the command did nothing
+		if !e.silent {
+			a.reply(e, Failed, now, err)
+		}
+	case e.silent:
+	case n == 1:
+		a.replyCounter(e, now, counter)
+	case n == epochMissing:
+		done.lostData = true
+		a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine))
+	case holder != "": // counter: the key's PTTL
+		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder}
+		if pttl := int64(counter); pttl >= 0 {
+			v.Until = now.Add(time.Duration(pttl) * time.Millisecond)
+		}
+		a.answer(e, v)
+	default:
+		a.reply(e, Taken, now, nil)
+	}
 }
 
 // unanswered answers entries that got no answer from Redis, and keeps their
