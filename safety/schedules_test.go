@@ -375,6 +375,33 @@ func TestScheduleSnapshotRestartTrusted(t *testing.T) {
 	})
 }
 
+// (e) "A node flushed under a live connection keeps granting." E2 holds
+// R on nodes 1 and 2. Node 1 is FLUSHALLed: it loses R's key and its
+// epoch marker, but it is the same process and the contender's connection
+// to it lives on, so no probe notices before the contender's next acquire.
+// Node 1 (empty) and node 3 would grant it R beside E2. The acquire itself
+// must find the marker gone, and the node sit out its quarantine: the
+// batch script's epoch check, read once per script call.
+func TestScheduleFlushUnderLiveConnection(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	seedEpoch(t, c)
+	const resource = "flush-live"
+	ctx := t.Context()
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 10 * time.Second, HealthInterval: time.Hour}
+	e2 := newEngine(t, cfg)
+	contender := newEngine(t, cfg) // connected and probed before the flush
+	h := newHolders(t, c, resource)
+	h.takeOnTwo("E2", e2)
+
+	if _, err := c.Nodes[0].Do(ctx, "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	h.mustOwn(0, "")
+	actx, cancel := context.WithTimeout(ctx, time.Second) // well within E2's validity
+	defer cancel()
+	h.lastTry("contender", func() (*engine.Lease, error) { return contender.Acquire(actx, resource) })
+}
+
 // (d) "A restart just before a second boundary ends its quarantine at
 // once." INFO's uptime_in_seconds subtracts whole seconds: a process
 // started at .85 reports 1 s of uptime at .12 of the next second. An engine
