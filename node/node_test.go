@@ -578,6 +578,40 @@ func TestBatchRepliesInOrder(t *testing.T) {
 	}
 }
 
+// A fence writes the lease's token back only while the lease holds its
+// key, and raises the counter, never lowers it.
+func TestFenceWritesBackTheToken(t *testing.T) {
+	h := newHarness(t, 5*time.Second)
+	ctx := t.Context()
+	counter := func() string {
+		t.Helper()
+		v, _, err := h.server.Get(ctx, "fence")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := h.ask(&Acquire{Request: h.req("lock", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
+		t.Fatalf("%+v", v)
+	}
+	for _, step := range []struct {
+		value string
+		token uint64
+		want  Outcome
+		after string
+	}{
+		{"me", 42, Granted, "42"},
+		{"other", 99, Taken, "42"}, // not the holder: nothing written
+		{"me", 7, Granted, "42"},   // lower: the counter stays
+		{"me", 50, Granted, "50"},
+	} {
+		v := h.ask(&Fence{Request: h.req("lock", step.value, 2), FenceKey: "fence", Token: step.token})
+		if v.Outcome != step.want || counter() != step.after {
+			t.Fatalf("fence %d by %s: %v, counter %q; want %v, %q", step.token, step.value, v.Outcome, counter(), step.want, step.after)
+		}
+	}
+}
+
 // A release the node did not answer in time is sent again once it
 // answers, so a failed attempt's key does not stay for its whole TTL.
 func TestUnansweredReleaseIsSentAgain(t *testing.T) {
