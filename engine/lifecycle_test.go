@@ -439,6 +439,30 @@ func TestSubscribeAndClose(t *testing.T) {
 	}
 }
 
+// A subscription made once Acquire returned sees none of what came before
+// it: the lease's Acquired was published before the caller had the lease
+// (a CI run once found one at the head of a later subscription). Each
+// round starts a subscription the moment Acquire returns; its first event
+// must be the lease's Released.
+func TestSubscribeAfterAcquireSeesNoAcquired(t *testing.T) {
+	c := startNodes(t, 1)
+	e := newEngine(t, c.Addrs())
+	for i := range 300 {
+		l, err := e.Acquire(t.Context(), "after")
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, stop := e.Subscribe(8)
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if ev := <-events; ev.Kind != Released {
+			t.Fatalf("round %d: first event %v after Acquire returned, want Released", i, ev)
+		}
+		stop()
+	}
+}
+
 func TestEventKindString(t *testing.T) {
 	want := map[EventKind]string{Acquired: "Acquired", Extended: "Extended", ExtendFailed: "ExtendFailed",
 		Lost: "Lost", Released: "Released", Expired: "Expired", 0: "EventKind(0)", 42: "EventKind(42)"}

@@ -683,8 +683,10 @@ func (a *leaseActor) hold() {
 		r.Votes = slices.Clone(a.votes)
 	}
 	a.dropVotes()
-	a.reply(r)
+	// Acquired goes out before the caller has the lease: a subscription
+	// it starts then sees only what comes after.
 	a.emit(Acquired, nil)
+	a.reply(r)
 	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
 	if a.info {
 		a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
