@@ -1,10 +1,6 @@
 package lease
 
-import (
-	"time"
-
-	"github.com/redlease/redlease/internal/errtext"
-)
+import "time"
 
 // The auto-extension schedule. The engine re-exports both; the README
 // quotes them.
@@ -83,7 +79,7 @@ func (a *leaseActor) extendVote() {
 		}
 	case a.tally.taken >= Quorum(a.tally.n):
 		a.clearAlarm()
-		err := errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, a.explain(errNotMine))
+		err := lost(a.explain(errNotMine))
 		a.releaseAll() // our key may linger on a minority
 		a.end(err)
 	case a.tally.lost():

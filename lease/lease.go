@@ -1041,12 +1041,26 @@ func (a *leaseActor) atDeadline(failure error) error {
 	if failure == nil {
 		return errLostUnextended // set at every acquire and extension: made once
 	}
-	return errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, failure)
+	return lost(failure)
 }
 
 // errLostUnextended ends an auto-extended lease whose deadline passed with
 // no extension failing first.
-var errLostUnextended = errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, errNoExtension)
+var errLostUnextended = lost(errNoExtension)
+
+// lost is ErrLeaseLost for cause. Its text is made when asked for, not
+// with it: every failed extension round makes one (the error its lease
+// would end with), and with a majority of nodes down that is every lease,
+// several times over, while their holders are being told.
+func lost(cause error) error { return lostError{cause} }
+
+type lostError struct{ cause error }
+
+func (e lostError) Error() string {
+	return errtext.Prefix + errtext.Bare(ErrLeaseLost) + ": " + errtext.Bare(e.cause)
+}
+
+func (e lostError) Unwrap() []error { return []error{ErrLeaseLost, e.cause} }
 
 // onDeadline finishes a lease that its deadline timer ended.
 func (a *leaseActor) onDeadline() {
@@ -1209,7 +1223,7 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	switch a.phase {
 	case held, extending:
 		a.releaseAll()
-		a.end(errtext.Errorf(errtext.Prefix+"%w: %w", ErrLeaseLost, err))
+		a.end(lost(err))
 	case acquiring, fencing, backingOff, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {
