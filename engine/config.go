@@ -97,7 +97,9 @@ type Config struct {
 	MaxTTL time.Duration
 	// RestartQuarantine is how long a node that lost its data (a restart
 	// without persistence, seen as a new run_id or a missing epoch key)
-	// refuses to grant, counted from its restart: every lease it may have
+	// refuses to grant, counted from its restart (and a node that evicted
+	// keys, from when its count of evicted keys was seen to rise, or from
+	// the first contact when it had evicted any): every lease it may have
 	// held has expired by then. A node seen for the first time without
 	// the epoch key is treated as restarted when its process started, so
 	// Redis that has been up longer than this is used at once. Default:
@@ -111,6 +113,15 @@ type Config struct {
 	// than MaxTTL says. It gives up guarantee 7 (a restarted node sits out
 	// until every lease it could have held has expired). Default false.
 	UnsafeShortQuarantine bool
+	// UnsafeEviction lets nodes that may evict lock keys grant leases. A
+	// node with a memory limit (maxmemory) and any maxmemory-policy but
+	// noeviction evicts keys with a TTL when its memory fills, whatever
+	// else shares it fills it, and lock keys have a TTL: it would forget a
+	// held lease and grant the resource to another owner. By default New
+	// refuses such a node, and one that is set so later (CONFIG SET)
+	// refuses acquires from its next health probe on (ErrEvicting). Set it
+	// only for nodes whose memory cannot fill. Default false.
+	UnsafeEviction bool
 	// MaxHold bounds how long Lease.Extend keeps a lease that is not
 	// auto-extended: no extension starts later than MaxHold after the
 	// lease was acquired (Extend then fails with ErrMaxHold), so a lease is

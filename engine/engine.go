@@ -78,7 +78,7 @@ func New(cfg Config) (*Engine, error) {
 			Index: i, Addr: addr, Conn: conns[i],
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger, Dispatcher: e.dispatch,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
-			First: infos[i], Meter: e.tel.forNode(addr),
+			First: infos[i], UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
 		})
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)
@@ -89,8 +89,9 @@ func New(cfg Config) (*Engine, error) {
 
 // connect dials and probes every node at once. It fails, closing what it
 // opened, when fewer than a quorum answer, when a node is a read-only
-// replica, or when two addresses reach the same server (two votes from one
-// server would break the quorum). Nodes that did not answer get no Info;
+// replica, when a node may evict lock keys (unless UnsafeEviction), or when
+// two addresses reach the same server (two votes from one server would
+// break the quorum). Nodes that did not answer get no Info;
 // their node actors probe them until they do.
 func connect(cfg *Config) ([]*node.Conn, []*node.Info, error) {
 	conns, infos, errs := probeAll(context.Background(), cfg)
@@ -110,6 +111,11 @@ func connect(cfg *Config) ([]*node.Conn, []*node.Info, error) {
 		if info.Replica {
 			closeAll()
 			return nil, nil, fmt.Errorf("redlease: config: Nodes[%d] %q is a read-only replica: Redlock needs independent masters", i, cfg.Nodes[i])
+		}
+		if info.Evicts != "" && !cfg.UnsafeEviction {
+			closeAll()
+			return nil, nil, fmt.Errorf("redlease: config: Nodes[%d] %q has maxmemory set with maxmemory-policy %s: it would evict lock keys when its memory fills and grant held resources again; set maxmemory-policy to noeviction (or Config.UnsafeEviction): %w",
+				i, cfg.Nodes[i], info.Evicts, ErrEvicting)
 		}
 		if j, dup := seen[info.RunID]; dup {
 			closeAll()

@@ -27,8 +27,14 @@ var (
 	// (ErrExpired). It matches none of the errors a lease ends with.
 	ErrMaxHold = lease.ErrMaxHold
 	// ErrQuarantined: a node's answer (NodeOutcome.Err) while it sits out
-	// a restart quarantine; NodeOutcome.QuarantinedUntil says until when.
+	// a quarantine after it may have lost lock keys (a restart without its
+	// data, a flush, evicted keys); NodeOutcome.QuarantinedUntil says until
+	// when.
 	ErrQuarantined = node.ErrQuarantined
+	// ErrEvicting: a node's answer (NodeOutcome.Err) to an acquire while
+	// it may evict lock keys (see Config.UnsafeEviction); New fails with
+	// it for such a node.
+	ErrEvicting = node.ErrEvicting
 	// ErrClosed: the engine is closed. Leases it held end with an error
 	// matching both ErrReleased and ErrClosed.
 	ErrClosed = errors.New("redlease: engine closed")

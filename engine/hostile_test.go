@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -114,6 +115,29 @@ func TestNewRejectsBadNodes(t *testing.T) {
 	}
 	if _, err := c.Nodes[2].Do(t.Context(), "REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
+	}
+
+	// A node that evicts keys with a TTL when its memory fills would
+	// forget a lease and grant it again; UnsafeEviction accepts it.
+	for _, arg := range [][]string{{"maxmemory", "64mb"}, {"maxmemory-policy", "volatile-ttl"}} {
+		if _, err := c.Nodes[1].Do(t.Context(), "CONFIG", "SET", arg[0], arg[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = New(Config{Nodes: addrs})
+	if !errors.Is(err, ErrEvicting) || !strings.Contains(err.Error(), "Nodes[1]") || !strings.Contains(err.Error(), "volatile-ttl") {
+		t.Fatalf("evicting node: err = %v", err)
+	}
+	e, err := New(Config{Nodes: addrs, UnsafeEviction: true})
+	if err != nil {
+		t.Fatalf("evicting node with UnsafeEviction: %v", err)
+	}
+	l, err := e.TryAcquire(t.Context(), "evicting")
+	if err != nil {
+		t.Fatalf("TryAcquire with UnsafeEviction: %v", err)
+	}
+	if s := fmt.Sprint(l.Release(t.Context()), e.Close()); s != "<nil> <nil>" {
+		t.Fatal(s)
 	}
 }
 

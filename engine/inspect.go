@@ -32,13 +32,18 @@ type NodeReport struct {
 	Uptime time.Duration
 	// Replica: a read-only replica, never used for locking.
 	Replica bool
+	// Evicts is the node's maxmemory-policy when it may evict lock keys
+	// and cfg does not allow that (UnsafeEviction): engines refuse such a
+	// node. "" otherwise.
+	Evicts string
 	// Trusted: the running process wrote the epoch marker, so it has kept
 	// its data since an engine last checked it.
 	Trusted bool
 	// QuarantineUntil: an engine meeting the node now would not acquire
 	// on it before this, as every lease it may have held before it lost
 	// its data has not yet expired (zero: it would use the node at once).
-	// An untrusted process sits out RestartQuarantine from its start.
+	// An untrusted process sits out RestartQuarantine from its start; one
+	// that has evicted keys (unless UnsafeEviction), from now.
 	QuarantineUntil time.Time
 	// RTT is the probe's round trip.
 	RTT time.Duration
@@ -46,15 +51,15 @@ type NodeReport struct {
 
 // Serves reports whether an engine would acquire on the node at now.
 func (r NodeReport) Serves(now time.Time) bool {
-	return r.Err == nil && !r.Replica && !now.Before(r.QuarantineUntil)
+	return r.Err == nil && !r.Replica && r.Evicts == "" && !now.Before(r.QuarantineUntil)
 }
 
 // InspectNodes probes every node of cfg at once, each within
 // ConnectTimeout and ctx, and reports them in the order of cfg.Nodes. It
 // writes nothing but redlease's scripts into the nodes' script caches, as
 // an engine's probe does. It uses cfg's Nodes, KeyPrefix, Client,
-// ConnectTimeout, MaxTTL and RestartQuarantine; an invalid cfg yields the
-// error New would give.
+// ConnectTimeout, MaxTTL, RestartQuarantine and UnsafeEviction; an invalid
+// cfg yields the error New would give.
 func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -72,10 +77,17 @@ func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
 			continue
 		}
 		r.RunID, r.Uptime, r.Replica, r.Trusted, r.RTT = info.RunID, info.Uptime, info.Replica, info.Trusted(), info.RTT
-		if !r.Trusted && !r.Replica && cfg.RestartQuarantine >= 0 {
-			if until := info.Started(at).Add(cfg.RestartQuarantine); until.After(at) {
-				r.QuarantineUntil = until
-			}
+		if !cfg.UnsafeEviction {
+			r.Evicts = info.Evicts
+		}
+		if r.Replica || cfg.RestartQuarantine < 0 {
+			continue
+		}
+		if until := info.Started(at).Add(cfg.RestartQuarantine); !r.Trusted && until.After(at) {
+			r.QuarantineUntil = until
+		}
+		if info.Evicted > 0 && !cfg.UnsafeEviction { // as a node actor meeting it (see node.Info.Evicted)
+			r.QuarantineUntil = at.Add(cfg.RestartQuarantine)
 		}
 	}
 	return reports, nil

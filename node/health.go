@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -17,10 +18,15 @@ var (
 	// ErrNodeDown: the node failed its last batches or probes; commands
 	// fail at once until a probe succeeds.
 	ErrNodeDown = errors.New("redlease: node down")
-	// ErrQuarantined: the node lost its data (a restart without
-	// persistence) and refuses acquires until every lease it may have
-	// held has expired.
-	ErrQuarantined = errors.New("redlease: node restarted without its data: quarantined")
+	// ErrQuarantined: the node lost data (a restart without persistence,
+	// a flush, evicted keys) and refuses acquires until every lease it may
+	// have held has expired.
+	ErrQuarantined = errors.New("redlease: node may have lost lock keys (a restart, a flush, evictions): quarantined")
+	// ErrEvicting: the node has a memory limit and a maxmemory-policy
+	// that lets it evict keys with a TTL, lock keys among them, when its
+	// memory fills: it would forget a lease it holds and grant the
+	// resource again. It refuses acquires (unless Config.UnsafeEviction).
+	ErrEvicting = errors.New("redlease: node may evict lock keys when its memory fills")
 )
 
 // epochMissing is the acquire script's answer when the node's epoch
@@ -36,9 +42,15 @@ type Info struct {
 	Replica bool // a read-only replica, useless for locking
 	// Epoch is the epoch marker: the run id of the process that wrote it,
 	// "" when there is none.
-	Epoch  string
-	ConnID int64         // CLIENT ID of the connection the probe checked
-	RTT    time.Duration // the probe's round trip
+	Epoch string
+	// Evicts is the node's maxmemory-policy when it may evict lock keys (a
+	// maxmemory is set and the policy is not noeviction), "" otherwise.
+	Evicts string
+	// Evicted counts the keys the process evicted since it started (or
+	// since CONFIG RESETSTAT).
+	Evicted int64
+	ConnID  int64         // CLIENT ID of the connection the probe checked
+	RTT     time.Duration // the probe's round trip
 }
 
 // Trusted reports whether the node has kept its data since redlease last
@@ -52,11 +64,11 @@ func (i Info) Trusted() bool { return i.Epoch == i.RunID }
 func (i Info) Started(at time.Time) time.Time { return at.Add(-i.Uptime) }
 
 // Probe connects c if needed and learns, in one round trip, its node's run
-// id, uptime, role and epoch marker, loading redlease's scripts on the way
-// so that later batches find them. When prev is an earlier connection to
-// the same process, Probe kills it on the server first: nothing it sent
-// can run after what this connection sends. New connections are made only
-// here.
+// id, uptime, role, eviction policy and count and epoch marker, loading
+// redlease's scripts on the way so that later batches find them. When
+// prev is an earlier connection to the same process, Probe kills it on the
+// server first: nothing it sent can run after what this connection sends.
+// New connections are made only here.
 func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, error) {
 	c.open.Store(true)
 	defer c.open.Store(false)
@@ -64,11 +76,13 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	if err != nil {
 		return Info{}, err
 	}
-	cmds := make(rueidis.Commands, 0, 5)
+	cmds := make(rueidis.Commands, 0, 7)
 	cmds = append(cmds,
 		client.B().ClientId().Build(),
 		client.B().Info().Section("server").Build(),
 		client.B().Info().Section("replication").Build(),
+		client.B().Info().Section("memory").Build(),
+		client.B().Info().Section("stats").Build(),
 		client.B().Get().Key(epochKey).Build())
 	cmds = append(cmds, client.B().ScriptLoad().Script(batchScript.body).Build())
 	start := time.Now()
@@ -84,7 +98,12 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	info.ConnID, _ = res[0].AsInt64()
 	server, _ := res[1].ToString()
 	repl, _ := res[2].ToString()
-	info.Epoch, _ = res[3].ToString()
+	memory, _ := res[3].ToString()
+	stats, _ := res[4].ToString()
+	info.Epoch, _ = res[5].ToString()
+	info.Evicts = evicts(memory)
+	evicted, _ := redisinfo.Field(stats, "evicted_keys")
+	info.Evicted, _ = strconv.ParseInt(evicted, 10, 64)
 	info.RunID, _ = redisinfo.Field(server, "run_id")
 	role, _ := redisinfo.Field(repl, "role")
 	info.Replica = role == "slave"
@@ -110,6 +129,19 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	return info, nil
 }
 
+// evicts is the maxmemory-policy of an INFO memory section when it may
+// evict lock keys: with a memory limit, every policy but noeviction evicts
+// keys with a TTL (the volatile-* ones only those), and lock keys have one.
+// "" when it cannot, or when the section does not say.
+func evicts(memory string) string {
+	limit, _ := redisinfo.Field(memory, "maxmemory")
+	policy, _ := redisinfo.Field(memory, "maxmemory_policy")
+	if limit == "" || limit == "0" || policy == "" || policy == "noeviction" {
+		return ""
+	}
+	return policy
+}
+
 // Mark writes the epoch marker of runID, the process a probe found, if that
 // process still runs: true if written.
 func (c *Conn) Mark(ctx context.Context, epochKey, runID string) (bool, error) {
@@ -127,10 +159,12 @@ func markCmd(c rueidis.Client, epochKey, runID string) rueidis.Completed {
 
 // health is what the node actor knows of its node.
 type health struct {
-	checked         Info // the last probe: process and connection commands go to
+	checked         Info   // the last probe: process and connection commands go to
+	evicts          string // the node's maxmemory-policy, when it may evict lock keys
 	down            bool
 	failures        int       // consecutive failed batches or probes
 	quarantineUntil time.Time // acquires refused before it
+	evicting        error     // acquires refused with it: the node may evict lock keys (ErrEvicting)
 	epochPending    bool      // write the epoch marker once the quarantine is over
 	probeDue        bool
 }
@@ -182,6 +216,7 @@ func (a *nodeActor) start(first *Info) {
 		a.health.probeDue = true
 		return
 	}
+	a.setEvicts(first.Evicts)
 	a.checked(time.Now(), *first)
 }
 
@@ -195,6 +230,7 @@ func (a *nodeActor) start(first *Info) {
 func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
 	a.health.checked = info
+	a.evictions(at, prev, info)
 	if info.Trusted() {
 		a.health.epochPending = false
 		return
@@ -209,6 +245,24 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 		a.lostData(info.Started(at), "restarted (new run_id)")
 	case !a.health.epochPending:
 		a.lostData(at, "epoch marker gone (FLUSHALL?)")
+	}
+}
+
+// evictions quarantines a node that evicted keys, as one that lost its
+// data: the keys may have been lock keys of leases still valid. It goes by
+// the process's count of evicted keys: one that rose since the previous
+// probe, or any at all in a process seen for the first time, which may
+// have evicted them just before. Not with UnsafeEviction, which accepts
+// evictions.
+func (a *nodeActor) evictions(at time.Time, prev, info Info) {
+	if a.cfg.UnsafeEviction || info.Evicted == 0 {
+		return
+	}
+	switch {
+	case prev.RunID != info.RunID:
+		a.lostData(at, "it has evicted keys, maybe lock keys, and lately for all we know")
+	case info.Evicted > prev.Evicted:
+		a.lostData(at, "it evicted keys, maybe lock keys")
 	}
 }
 
@@ -253,7 +307,30 @@ func (a *nodeActor) probeDone(m *probed) {
 		return
 	}
 	a.setDown(false, nil)
+	a.setEvicts(m.info.Evicts)
 	a.checked(m.at, m.info)
+}
+
+// setEvicts follows the node's eviction policy, as a probe found it:
+// while it may evict lock keys the node refuses acquires, unless the
+// configuration allows it.
+func (a *nodeActor) setEvicts(policy string) {
+	if policy == a.health.evicts {
+		return
+	}
+	a.health.evicts = policy
+	switch {
+	case policy == "":
+		a.health.evicting = nil
+		a.cfg.Logger.Info("redlease: node no longer evicts keys", "node", a.cfg.Addr)
+	case a.cfg.UnsafeEviction:
+		a.cfg.Logger.Warn("redlease: node may evict lock keys when its memory fills (allowed by UnsafeEviction)",
+			"node", a.cfg.Addr, "maxmemory-policy", policy)
+	default:
+		a.health.evicting = fmt.Errorf("%w (maxmemory-policy %s): set maxmemory-policy to noeviction", ErrEvicting, policy)
+		a.cfg.Logger.Warn("redlease: node may evict lock keys when its memory fills; it refuses acquires",
+			"node", a.cfg.Addr, "maxmemory-policy", policy)
+	}
 }
 
 func (a *nodeActor) batchDone(m *sent) {

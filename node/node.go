@@ -37,6 +37,9 @@ type Config struct {
 	Quarantine     time.Duration // how long a node that lost its data refuses acquires; < 0: never
 	HealthInterval time.Duration // between probes while up (a fifth of it while down)
 	First          *Info         // Conn's first probe; nil when the node was unreachable
+	// UnsafeEviction: a node that may evict lock keys (Info.Evicts) grants
+	// all the same.
+	UnsafeEviction bool
 
 	Meter Meter // told of each batch's round trip; nil for none
 }
@@ -289,6 +292,9 @@ func (a *nodeActor) flush() {
 			}
 		case e.op.acquires() && quarantined:
 			a.replyQuarantined(&e, now, a.health.quarantineUntil)
+			continue
+		case e.op.acquires() && a.health.evicting != nil:
+			a.reply(&e, Failed, now, a.health.evicting)
 			continue
 		}
 		if a.health.down {

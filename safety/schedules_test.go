@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -446,4 +447,101 @@ func TestScheduleRestartJustBeforeASecond(t *testing.T) {
 			return
 		}
 	})
+}
+
+// (f) "A node that evicts keys when its memory fills forgets a held lock."
+// E2 holds R on nodes 1 and 2. Node 1 is then given a memory limit with
+// maxmemory-policy volatile-ttl (CONFIG SET; managed Redis often ships
+// volatile-lru). A contender connects (a new engine), or runs through it
+// (probing often); another tenant of node 1 writes cache entries with a
+// TTL until node 1 has evicted R's key. The contender would take R on
+// nodes 1 and 3 beside E2. Node 1 must not vote in acquires while it may
+// evict lock keys, nor once it is set back to noeviction, before E2's
+// lease has expired: it forgot it. A second new engine tries then too.
+func TestScheduleEvictionUnderMemoryPressure(t *testing.T) {
+	withContenders(t, func(t *testing.T, c *redisproc.Cluster, running bool) {
+		ctx := t.Context()
+		const resource = "evicted"
+		cfg := engine.Config{Nodes: c.Addrs(), TTL: 10 * time.Second, HealthInterval: time.Hour}
+		e2 := newEngine(t, cfg)
+		probing := cfg
+		probing.HealthInterval = 20 * time.Millisecond
+		var contender *engine.Engine
+		if running {
+			contender = newEngine(t, probing)
+		}
+		h := newHolders(t, c, resource)
+		l2 := h.takeOnTwo("E2", e2)
+
+		// Every probe runs five INFO sections on node 1: wait for two whole
+		// ones of the running contender after a change.
+		probed := func() {
+			if running {
+				for infos := infoCalls(t, c.Nodes[0]); infoCalls(t, c.Nodes[0]) < infos+10; {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		}
+		configSet := func(args ...string) {
+			for i := 0; i < len(args); i += 2 {
+				if _, err := c.Nodes[0].Do(ctx, "CONFIG", "SET", args[i], args[i+1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		configSet("maxmemory", "2mb", "maxmemory-policy", "volatile-ttl")
+		var refusedAtNew error
+		if !running { // it connects before node 1 evicted anything
+			contender, refusedAtNew = engine.New(cfg)
+			if contender != nil {
+				t.Cleanup(func() { _ = contender.Close() })
+			}
+		}
+		probed()
+		entry := strings.Repeat("x", 1000)
+		for i := 0; ; i++ {
+			if _, ok, err := c.Nodes[0].Get(ctx, lockKey(resource)); err != nil {
+				t.Fatal(err)
+			} else if !ok {
+				break
+			}
+			if i == 20000 {
+				t.Fatalf("setup: node 1 kept the lock key through %d cache entries", i)
+			}
+			if _, err := c.Nodes[0].Do(ctx, "SET", fmt.Sprintf("cache:%d", i), entry, "EX", "3600"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h.mustOwn(1, l2.Value())
+		probed()
+		h.lastTry("contender while node 1 evicts", func() (*engine.Lease, error) {
+			if refusedAtNew != nil {
+				return nil, refusedAtNew
+			}
+			return contender.TryAcquire(ctx, resource)
+		})
+
+		configSet("maxmemory-policy", "noeviction", "maxmemory", "0")
+		probed()
+		if running {
+			h.lastTry("contender once node 1 stopped evicting", func() (*engine.Lease, error) {
+				return contender.TryAcquire(ctx, resource)
+			})
+		}
+		h.lastTry("new engine once node 1 stopped evicting", func() (*engine.Lease, error) {
+			return newEngine(t, cfg).TryAcquire(ctx, resource)
+		})
+	})
+}
+
+// infoCalls is how many INFO commands node n has run.
+func infoCalls(t *testing.T, n *redisproc.Node) int {
+	t.Helper()
+	stats, err := n.Do(t.Context(), "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, _ := strings.Cut(fmt.Sprint(stats), "cmdstat_info:calls=")
+	calls, _ := strconv.Atoi(strings.TrimRightFunc(rest[:strings.IndexByte(rest, ',')], func(r rune) bool { return r < '0' || r > '9' }))
+	return calls
 }

@@ -142,10 +142,24 @@ func TestNodes(t *testing.T) {
 	if n := got.Nodes[2]; n.State != stateReplica || n.Role != "replica" {
 		t.Errorf("replica: %+v; want state and role replica", n)
 	}
+	evicting := func(policy string) {
+		for _, arg := range [][]string{{"maxmemory", "64mb"}, {"maxmemory-policy", policy}} {
+			if _, err := c.Nodes[1].Do(ctx, "CONFIG", "SET", arg[0], arg[1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	evicting("allkeys-lru")
+	code, out, _ := cli(t, "", nil, "nodes", "-nodes", join(a[0], a[1]))
+	wantCode(t, "nodes with one evicting", code, exitFail)
+	if !strings.Contains(out, stateEvicting) || !strings.Contains(out, "maxmemory-policy allkeys-lru") {
+		t.Errorf("evicting node: table %q; want state %s and its policy", out, stateEvicting)
+	}
+	evicting("noeviction")
 
 	// Fewer than a quorum: one serving, one dead, one replica. The table
 	// says so too.
-	code, out, _ := cli(t, "", nil, "nodes", "-nodes", join(a[1], a[2], a[3]))
+	code, out, _ = cli(t, "", nil, "nodes", "-nodes", join(a[1], a[2], a[3]))
 	wantCode(t, "nodes with one serving of three", code, exitFail)
 	for _, want := range []string{"NODE", stateServing, stateUnreachable, stateReplica, "1 can serve now; fewer than a quorum", "node " + a[2] + ": "} {
 		if !strings.Contains(out, want) {

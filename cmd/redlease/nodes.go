@@ -14,6 +14,7 @@ const (
 	stateServing     = "serving"
 	stateQuarantined = "quarantined"
 	stateReplica     = "replica"
+	stateEvicting    = "evicting"
 	stateUnreachable = "unreachable"
 )
 
@@ -23,6 +24,8 @@ func nodeState(r engine.NodeReport, now time.Time) string {
 		return stateUnreachable
 	case r.Replica:
 		return stateReplica
+	case r.Evicts != "":
+		return stateEvicting
 	case !r.Serves(now):
 		return stateQuarantined
 	}
@@ -41,6 +44,7 @@ type nodeJSON struct {
 	Error                 string     `json:"error,omitempty"`
 	Role                  string     `json:"role,omitempty"`
 	RunID                 string     `json:"run_id,omitempty"`
+	MaxmemoryPolicy       string     `json:"maxmemory_policy,omitempty"` // only when it may evict lock keys
 	UptimeSeconds         int64      `json:"uptime_seconds"`
 	Trusted               bool       `json:"trusted"`
 	QuarantineUntil       *time.Time `json:"quarantine_until,omitempty"`
@@ -58,7 +62,7 @@ func runNodes(ctx context.Context, o *options, cfg engine.Config, _ []string, s 
 	quorum := engine.Quorum(len(reports))
 	out := nodesJSON{Quorum: quorum, Nodes: make([]nodeJSON, len(reports))}
 	for i, r := range reports {
-		n := nodeJSON{Node: r.Addr, State: nodeState(r, now), RunID: r.RunID,
+		n := nodeJSON{Node: r.Addr, State: nodeState(r, now), RunID: r.RunID, MaxmemoryPolicy: r.Evicts,
 			UptimeSeconds: int64(r.Uptime / time.Second), Trusted: r.Trusted, RTTMillis: float64(r.RTT) / float64(time.Millisecond)}
 		switch {
 		case r.Err != nil:
@@ -105,8 +109,11 @@ func printNodes(s ios, out nodesJSON) {
 	}
 	w.Flush()
 	for _, n := range out.Nodes {
-		if n.Error != "" {
+		switch {
+		case n.Error != "":
 			fmt.Fprintln(s.out, n.Error) // names the node
+		case n.MaxmemoryPolicy != "":
+			fmt.Fprintf(s.out, "node %s: maxmemory-policy %s evicts lock keys when its memory fills; engines refuse it: set noeviction\n", n.Node, n.MaxmemoryPolicy)
 		}
 	}
 	verdict := "engines can acquire"
