@@ -27,6 +27,10 @@
 //   - clock jump: a node's wall clock steps ahead by more than a TTL while
 //     it serves leases (the first time, the node restarts with its clock
 //     ahead too), so the keys on it expire early;
+//   - eviction: a node given a memory limit with maxmemory-policy
+//     volatile-ttl and filled by another tenant's cache entries until it
+//     evicted keys (lock keys first, their TTLs being the shortest), then
+//     set back to noeviction;
 //
 // and some holders pause past their validity before writing.
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/redisinfo"
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
@@ -58,13 +60,18 @@ const (
 	// with its clock ahead). Keys on it expire early: Redlock's timing
 	// assumption is broken, and overlaps this explains are reported apart.
 	FaultClockJump = "clock jump"
+	// FaultEviction: a node given a memory limit with maxmemory-policy
+	// volatile-ttl, filled by another tenant's cache entries until it has
+	// evicted keys (lock keys, whose TTLs are the shortest, first), then
+	// set back to noeviction and emptied of the cache.
+	FaultEviction = "eviction"
 )
 
 // Kinds returns every fault kind Run knows.
 func Kinds() []string {
 	return []string{FaultKillRestart, FaultPause, FaultSlowLink, FaultMajorityPause, FaultBareMajority,
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
-		FaultClientKill, FaultPubSubKill, FaultClockJump}
+		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction}
 }
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
@@ -756,8 +763,73 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.join(ctx)
 	case FaultClockJump:
 		return r.clockJump(ctx, rng, k)
+	case FaultEviction:
+		r.nodesDown.Add(1) // it refuses acquires
+		defer r.nodesDown.Add(-1)
+		return r.evict(ctx, n, hold)
 	}
 	return nil
+}
+
+// evict has node n evict keys for a while (FaultEviction). The working
+// engines probe the node before it evicts anything, and every engine
+// (the idle ones at the default interval) after it evicted the last: that
+// a node set to evict and filled within one health interval grants in
+// between is a known limit, not what this tries.
+func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) error {
+	config := func(args ...string) error {
+		for i := 0; i < len(args); i += 2 {
+			if _, err := n.Do(ctx, "CONFIG", "SET", args[i], args[i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	info := func(section, field string) (int, error) {
+		text, err := n.Do(ctx, "INFO", section)
+		if err != nil {
+			return 0, err
+		}
+		v, _ := redisinfo.Field(fmt.Sprint(text), field)
+		return strconv.Atoi(v)
+	}
+	used, err := info("memory", "used_memory")
+	if err != nil {
+		return err
+	}
+	if err := config("maxmemory", strconv.Itoa(used+256<<10), "maxmemory-policy", "volatile-ttl"); err != nil {
+		return err
+	}
+	err = func() error {
+		if !sleep(ctx, 2*workHealth) {
+			return ctx.Err()
+		}
+		before, err := info("stats", "evicted_keys")
+		if err != nil {
+			return err
+		}
+		entry := strings.Repeat("x", 1000)
+		cache := []string{"UNLINK"}
+		for evicted := before; evicted < before+100 && len(cache) <= 5000; {
+			key := "cache:" + strconv.Itoa(len(cache))
+			if _, err := n.Do(ctx, "SET", key, entry, "EX", "3600"); err != nil {
+				return err
+			}
+			if cache = append(cache, key); len(cache)%50 == 0 {
+				if evicted, err = info("stats", "evicted_keys"); err != nil {
+					return err
+				}
+			}
+		}
+		sleep(ctx, hold)
+		_, err = n.Do(ctx, cache...)
+		return err
+	}()
+	if back := config("maxmemory-policy", "noeviction", "maxmemory", "0"); err == nil {
+		err = back
+	}
+	sleep(ctx, engine.DefaultHealthInterval+workHealth)
+	return err
 }
 
 // restart runs a restart of node k and notes when it ended.

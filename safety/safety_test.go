@@ -16,7 +16,7 @@ import (
 //
 //	go test -run BoundedRun -v ./safety/
 func TestBoundedRunWithFaults(t *testing.T) {
-	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 40 * time.Second, Faults: true, Logf: t.Logf})
+	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 50 * time.Second, Faults: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
