@@ -398,6 +398,7 @@ type NodeStats struct {
 	Commands   uint64 // commands sent
 	RoundTrips uint64 // pipelined batches they went out in
 	Down       bool   // failing fast after unanswered batches, until a probe succeeds
+	Evicting   bool   // refusing acquires while it may evict lock keys (ErrEvicting)
 	// QuarantinedUntil: the node lost its data and refuses acquires until
 	// then (zero or past: not quarantined).
 	QuarantinedUntil time.Time
@@ -413,7 +414,7 @@ func (e *Engine) Stats() Stats {
 	for i, n := range e.nodes {
 		ns := n.Stats()
 		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands, RoundTrips: ns.Batches,
-			Down: ns.Down, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil})
+			Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil})
 	}
 	return s
 }

@@ -167,7 +167,7 @@ func (t *telemetry) observe(e *Engine) {
 		metric.WithDescription("Events a full lease or subscription channel did not take."))
 	check(err)
 	state, err := m.Int64ObservableGauge("redlease.node.state",
-		metric.WithDescription("1 while a node serves, 0 while it is down or quarantined; attribute state says which."))
+		metric.WithDescription("1 while a node serves, 0 while it is down, quarantined or evicting; attribute state says which."))
 	check(err)
 	restarts, err := m.Int64ObservableCounter("redlease.node.restarts", metric.WithUnit("{restart}"),
 		metric.WithDescription("Times a node was seen to have lost its data (a restart, a FLUSHALL)."))
@@ -184,6 +184,8 @@ func (t *telemetry) observe(e *Engine) {
 				st = "down"
 			case now.Before(s.QuarantineUntil):
 				st = "quarantined"
+			case s.Evicting:
+				st = "evicting"
 			default:
 				up = 1
 			}

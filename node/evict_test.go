@@ -51,8 +51,8 @@ func TestEvictingNodeRefusesAcquires(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if v.Outcome != Failed || !errors.Is(v.Err, ErrEvicting) {
-			t.Fatalf("acquire on an evicting node: %+v, want Failed with ErrEvicting", v)
+		if v.Outcome != Failed || !errors.Is(v.Err, ErrEvicting) || !h.node.Stats().Evicting {
+			t.Fatalf("acquire on an evicting node: %+v (stats %+v), want Failed with ErrEvicting", v, h.node.Stats())
 		}
 		if v := h.ask(&Extend{Request: h.req("held", "me", 100), TTL: ttl}); v.Outcome != Granted {
 			t.Fatalf("extend on an evicting node: %+v", v)
@@ -64,5 +64,8 @@ func TestEvictingNodeRefusesAcquires(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.askUntil("again", Granted, 5*time.Second)
+		if h.node.Stats().Evicting {
+			t.Fatal("Stats().Evicting after the node was set back to noeviction")
+		}
 	}
 }

@@ -319,6 +319,7 @@ func (a *nodeActor) setEvicts(policy string) {
 		return
 	}
 	a.health.evicts = policy
+	defer func() { a.stats.evicting.Store(a.health.evicting != nil) }()
 	switch {
 	case policy == "":
 		a.health.evicting = nil

@@ -67,6 +67,7 @@ type Stats struct {
 	OnWire          int64     // commands in the batch on the wire now
 	Queued          int64     // commands waiting for it
 	Down            bool      // failing fast: the last batches and probes failed
+	Evicting        bool      // refusing acquires: the node may evict lock keys (ErrEvicting)
 	QuarantineUntil time.Time // acquires refused before it; zero: never quarantined
 }
 
@@ -75,7 +76,7 @@ type Stats struct {
 type counters struct {
 	commands, batches, restarts atomic.Uint64
 	onWire, queued              atomic.Int64
-	down                        atomic.Bool
+	down, evicting              atomic.Bool
 	quarantineUntil             atomic.Int64 // Unix nanoseconds; 0: never
 }
 
@@ -84,7 +85,7 @@ func (n *Node) Stats() Stats {
 	c := &n.actor.stats
 	s := Stats{
 		Commands: c.commands.Load(), Batches: c.batches.Load(), Restarts: c.restarts.Load(),
-		OnWire: c.onWire.Load(), Queued: c.queued.Load(), Down: c.down.Load(),
+		OnWire: c.onWire.Load(), Queued: c.queued.Load(), Down: c.down.Load(), Evicting: c.evicting.Load(),
 	}
 	if q := c.quarantineUntil.Load(); q != 0 {
 		s.QuarantineUntil = time.Unix(0, q)
