@@ -42,8 +42,9 @@ type NodeReport struct {
 	// QuarantineUntil: an engine meeting the node now would not acquire
 	// on it before this, as every lease it may have held before it lost
 	// its data has not yet expired (zero: it would use the node at once).
-	// An untrusted process sits out RestartQuarantine from its start; one
-	// that has evicted keys (unless UnsafeEviction), from now.
+	// An untrusted process sits out RestartQuarantine from its start (a
+	// promoted replica, from now); one that has evicted keys (unless
+	// UnsafeEviction), from now.
 	QuarantineUntil time.Time
 	// RTT is the probe's round trip.
 	RTT time.Duration
@@ -83,7 +84,7 @@ func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
 		if r.Replica || cfg.RestartQuarantine < 0 {
 			continue
 		}
-		if until := info.Started(at).Add(cfg.RestartQuarantine); !r.Trusted && until.After(at) {
+		if until := info.QuarantineFrom(at).Add(cfg.RestartQuarantine); !r.Trusted && until.After(at) {
 			r.QuarantineUntil = until
 		}
 		if info.Evicted > 0 && !cfg.UnsafeEviction { // as a node actor meeting it (see node.Info.Evicted)

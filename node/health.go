@@ -40,6 +40,10 @@ type Info struct {
 	// seconds less one, as both its ends are truncated to the second.
 	Uptime  time.Duration
 	Replica bool // a read-only replica, useless for locking
+	// Promoted: a master that was a replica (INFO replication keeps the
+	// replication id it had, second_repl_offset): its data is what it had
+	// replicated, which may lack its master's latest writes.
+	Promoted bool
 	// Epoch is the epoch marker: the run id of the process that wrote it,
 	// "" when there is none.
 	Epoch string
@@ -59,9 +63,16 @@ type Info struct {
 // the latest lock keys.
 func (i Info) Trusted() bool { return i.Epoch == i.RunID }
 
-// Started is when the process started, at the latest, for a probe answered
-// at at: a quarantine counts from there.
-func (i Info) Started(at time.Time) time.Time { return at.Add(-i.Uptime) }
+// QuarantineFrom is when a quarantine of the process counts from, for a
+// probe answered at at: its start at the latest. For a promoted replica it
+// is at itself: its data may have missed writes up to its promotion, and
+// when that was is not known.
+func (i Info) QuarantineFrom(at time.Time) time.Time {
+	if i.Promoted {
+		return at
+	}
+	return at.Add(-i.Uptime)
+}
 
 // Probe connects c if needed and learns, in one round trip, its node's run
 // id, uptime, role, eviction policy and count and epoch marker, loading
@@ -107,6 +118,8 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	info.RunID, _ = redisinfo.Field(server, "run_id")
 	role, _ := redisinfo.Field(repl, "role")
 	info.Replica = role == "slave"
+	second, _ := redisinfo.Field(repl, "second_repl_offset")
+	info.Promoted = !info.Replica && second != "" && second != "-1"
 	// uptime_in_seconds is now's whole second less the start's: a process
 	// started at .99 reports 1 at .01, so the true uptime may be up to a
 	// second less. Overstated, it would end a quarantine early.
@@ -225,8 +238,9 @@ func (a *nodeActor) start(first *Info) {
 // marker itself; otherwise its data may be older than the process (none
 // at all, or a snapshot that lost the latest lock keys), so it refuses
 // acquires until Quarantine has passed since it started. A process up for
-// longer than that is used at once. A known process whose marker is gone
-// lost its data just now (FLUSHALL).
+// longer than that is used at once, unless it is a promoted replica (see
+// Info.QuarantineFrom). A known process whose marker is gone lost its data
+// just now (FLUSHALL).
 func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
 	a.health.checked = info
@@ -238,11 +252,15 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 	if !a.quarantineOn() {
 		return
 	}
+	promoted := ""
+	if info.Promoted {
+		promoted = ", a promoted replica"
+	}
 	switch {
 	case prev.RunID == "":
-		a.lostData(info.Started(at), "first contact: no epoch marker of this process")
+		a.lostData(info.QuarantineFrom(at), "first contact: no epoch marker of this process"+promoted)
 	case prev.RunID != info.RunID:
-		a.lostData(info.Started(at), "restarted (new run_id)")
+		a.lostData(info.QuarantineFrom(at), "restarted (new run_id)"+promoted)
 	case !a.health.epochPending:
 		a.lostData(at, "epoch marker gone (FLUSHALL?)")
 	}

@@ -11,9 +11,9 @@ import (
 // every chunk it forwards by the current delay: a slow link, for real.
 type Proxy struct {
 	ln     net.Listener
-	target string
 	delay  atomic.Int64 // nanoseconds
 	mu     sync.Mutex
+	target string // under mu
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 }
@@ -35,6 +35,18 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // SetDelay sets the delay of every forwarded chunk, both ways.
 func (p *Proxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
+// Failover forwards new connections to target and cuts every connection
+// made so far, as a failover behind one address (a DNS name, a virtual IP)
+// does.
+func (p *Proxy) Failover(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
 // Close stops listening and cuts every connection.
 func (p *Proxy) Close() {
 	p.ln.Close()
@@ -53,7 +65,10 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.DialTimeout("tcp", p.target, time.Second)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		server, err := net.DialTimeout("tcp", target, time.Second)
 		if err != nil {
 			client.Close()
 			continue

@@ -473,13 +473,9 @@ func TestScheduleEvictionUnderMemoryPressure(t *testing.T) {
 		h := newHolders(t, c, resource)
 		l2 := h.takeOnTwo("E2", e2)
 
-		// Every probe runs five INFO sections on node 1: wait for two whole
-		// ones of the running contender after a change.
 		probed := func() {
 			if running {
-				for infos := infoCalls(t, c.Nodes[0]); infoCalls(t, c.Nodes[0]) < infos+10; {
-					time.Sleep(5 * time.Millisecond)
-				}
+				waitProbes(t, c.Nodes[0], 2)
 			}
 		}
 		configSet := func(args ...string) {
@@ -532,6 +528,107 @@ func TestScheduleEvictionUnderMemoryPressure(t *testing.T) {
 			return newEngine(t, cfg).TryAcquire(ctx, resource)
 		})
 	})
+}
+
+// (g) "A promoted replica grants a lock it never heard of." Managed Redis
+// often keeps a replica behind one address and promotes it when the
+// primary fails. Replication is asynchronous: the replica may lack the
+// latest lock keys, and the epoch marker it copied names the old primary,
+// so it is an untrusted process, but one that has run for longer than the
+// quarantine. Here the replica is cut off (REPLICAOF NO ONE: promoted)
+// before E1 takes R on the primary; then the primary dies and the address
+// reaches the replica. A contender (new, or running through the failover)
+// would take R beside E1. A promoted replica must sit out the quarantine
+// from when it is first seen.
+func TestScheduleFailoverToALaggingReplica(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(map[bool]string{false: "new engine", true: "running engine"}[running], func(t *testing.T) {
+			ctx := t.Context()
+			c := redisproc.Start(t, 2)
+			primary, replica := c.Nodes[0], c.Nodes[1]
+			p, err := NewProxy(primary.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			const resource = "failover"
+			cfg := engine.Config{Nodes: []string{p.Addr()}, TTL: time.Second, HealthInterval: time.Hour}
+			if err := engine.MarkNew(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			_, port, _ := strings.Cut(primary.Addr(), ":")
+			if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
+				t.Fatal(err)
+			}
+			primaryID, err := primary.RunID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The replica has the marker, and has run for longer than the
+			// quarantine (MaxTTL, the TTL), as replicas do.
+			for {
+				marker, _, err := replica.Get(ctx, engine.DefaultKeyPrefix+"epoch")
+				if err != nil {
+					t.Fatal(err)
+				}
+				up, err := replica.ServerInfo(ctx, "uptime_in_seconds")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s, _ := strconv.Atoi(up); marker == primaryID && s >= 3 {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if _, err := replica.Do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {
+				t.Fatal(err)
+			}
+			e1 := newEngine(t, cfg)
+			probing := cfg
+			probing.HealthInterval = 20 * time.Millisecond
+			var contender *engine.Engine
+			if running {
+				contender = newEngine(t, probing)
+			}
+			h := newHolders(t, c, resource)
+			l1, err := e1.TryAcquire(ctx, resource)
+			if err != nil {
+				t.Fatalf("setup: E1: %v", err)
+			}
+			h.held("E1", l1)
+			h.mustOwn(0, l1.Value())
+			h.mustOwn(1, "")
+
+			if err := primary.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			p.Failover(replica.Addr())
+			if running {
+				waitProbes(t, replica, 2)
+			}
+			h.lastTry("contender", func() (*engine.Lease, error) {
+				if !running {
+					e, err := engine.New(probing)
+					if err != nil {
+						return nil, err
+					}
+					t.Cleanup(func() { _ = e.Close() })
+					return e.TryAcquire(ctx, resource)
+				}
+				return contender.TryAcquire(ctx, resource)
+			})
+		})
+	}
+}
+
+// waitProbes waits until k whole probes (four INFO sections each) ran on
+// node n after the call: those of the only engine that probes it often.
+func waitProbes(t *testing.T, n *redisproc.Node, k int) {
+	t.Helper()
+	const sections = 4
+	for infos := infoCalls(t, n); infoCalls(t, n) < infos+k*sections+sections-1; {
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // infoCalls is how many INFO commands node n has run.
