@@ -155,6 +155,10 @@ func TestNodes(t *testing.T) {
 	if !strings.Contains(out, stateEvicting) || !strings.Contains(out, "maxmemory-policy allkeys-lru") {
 		t.Errorf("evicting node: table %q; want state %s and its policy", out, stateEvicting)
 	}
+	code, _, errOut := cli(t, "", nil, "mark-new", "-yes", "-nodes", a[1])
+	if code == exitOK || !strings.Contains(errOut, "maxmemory-policy allkeys-lru") {
+		t.Errorf("mark-new on an evicting node: exit %d, stderr %q; want it refused with its policy", code, errOut)
+	}
 	evicting("noeviction")
 
 	// Fewer than a quorum: one serving, one dead, one replica. The table

@@ -45,6 +45,8 @@ func runMarkNew(ctx context.Context, o *options, cfg engine.Config, _ []string, 
 			refuse(n, "unreachable: "+n.Err.Error())
 		case n.Replica:
 			refuse(n, "a read-only replica")
+		case n.Evicts != "":
+			refuse(n, "maxmemory-policy "+n.Evicts+" evicts lock keys when its memory fills; engines refuse it: set noeviction")
 		case n.Trusted:
 			out.Trusted = append(out.Trusted, n.Addr)
 		default:
