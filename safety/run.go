@@ -94,7 +94,10 @@ type Config struct {
 	// RestartQuarantine is passed to every engine; < 0 turns it off.
 	// [the engine's default: the TTL]
 	RestartQuarantine time.Duration
-	Logf              func(format string, args ...any) // progress; nil: quiet
+	// UnsafeEviction is passed to every engine: nodes that may evict lock
+	// keys grant all the same, to see the checker catch what follows.
+	UnsafeEviction bool
+	Logf           func(format string, args ...any) // progress; nil: quiet
 }
 
 // Report is what a Run saw.
@@ -459,7 +462,7 @@ type joinedEngine struct {
 // names) over the proxies, closed by closeEngines unless closed before.
 func (r *run) newEngine(name string, health time.Duration) (*engine.Engine, error) {
 	e, err := engine.New(engine.Config{
-		Nodes: r.addrs, TTL: r.cfg.TTL, RestartQuarantine: r.cfg.RestartQuarantine,
+		Nodes: r.addrs, TTL: r.cfg.TTL, RestartQuarantine: r.cfg.RestartQuarantine, UnsafeEviction: r.cfg.UnsafeEviction,
 		HealthInterval: health, RetryAttempts: 8, Logger: r.log.logger(name),
 	})
 	if err != nil {

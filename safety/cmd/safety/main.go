@@ -33,6 +33,7 @@ func main() {
 	flag.BoolVar(&cfg.Faults, "faults", true, "inject faults")
 	kinds := flag.String("kinds", "", "comma-separated fault kinds to inject (default: all), of: "+strings.Join(safety.Kinds(), ", "))
 	flag.DurationVar(&cfg.RestartQuarantine, "quarantine", 0, "restart quarantine (0: the engine's default, the TTL; negative, e.g. -1s: off, to see the checker catch violations)")
+	flag.BoolVar(&cfg.UnsafeEviction, "unsafe-eviction", false, "let nodes that may evict lock keys grant (Config.UnsafeEviction), to see the checker catch violations")
 	nodes := flag.Int("nodes", 5, "redis-server nodes to start")
 	flag.Parse()
 	if *kinds != "" {
