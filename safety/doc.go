@@ -27,6 +27,10 @@
 //   - clock jump: a node's wall clock steps ahead by more than a TTL while
 //     it serves leases (the first time, the node restarts with its clock
 //     ahead too), so the keys on it expire early;
+//   - failover: a spare process that has run for a while replicates a
+//     node, is cut off (promoted) while leases come and go on the node,
+//     and takes its place behind its address when the node dies, lacking
+//     its latest lock keys, as a managed Redis's replica does;
 //   - eviction: a node given a memory limit with maxmemory-policy
 //     volatile-ttl and filled by another tenant's cache entries until it
 //     evicted keys (lock keys first, their TTLs being the shortest), then

@@ -60,6 +60,12 @@ const (
 	// with its clock ahead). Keys on it expire early: Redlock's timing
 	// assumption is broken, and overlaps this explains are reported apart.
 	FaultClockJump = "clock jump"
+	// FaultFailover: a spare process that has run for a while replicates
+	// a node, is cut off (promoted) while leases come and go on the node,
+	// and takes its place behind its address when the node dies, as a
+	// managed Redis's replica does: it lacks the node's latest lock keys.
+	// The node's process becomes the next spare.
+	FaultFailover = "failover"
 	// FaultEviction: a node given a memory limit with maxmemory-policy
 	// volatile-ttl, filled by another tenant's cache entries until it has
 	// evicted keys (lock keys, whose TTLs are the shortest, first), then
@@ -71,7 +77,7 @@ const (
 func Kinds() []string {
 	return []string{FaultKillRestart, FaultPause, FaultSlowLink, FaultMajorityPause, FaultBareMajority,
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
-		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction}
+		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover}
 }
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
@@ -285,7 +291,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, fmt.Errorf("safety: %w", err)
 	}
 	defer c.Close()
-	r := &run{cfg: cfg, cluster: c, faults: map[string]int{},
+	spare, err := redisproc.StartNodes(1)
+	if err != nil {
+		return Report{}, fmt.Errorf("safety: %w", err)
+	}
+	defer spare.Close()
+	r := &run{cfg: cfg, cluster: c, spare: spare, faults: map[string]int{},
 		proxies: make([]*Proxy, len(c.Nodes)), addrs: make([]string, len(c.Nodes)),
 		restarted: make([]time.Time, len(c.Nodes))}
 	for i, n := range c.Nodes {
@@ -414,6 +425,7 @@ const (
 type run struct {
 	cfg     Config
 	cluster *redisproc.Cluster
+	spare   *redisproc.Cluster // one node, the next failover's replica
 	proxies []*Proxy
 	addrs   []string // the proxies', which the engines dial
 	rec     Recorder
@@ -770,6 +782,8 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		r.nodesDown.Add(1) // it refuses acquires
 		defer r.nodesDown.Add(-1)
 		return r.evict(ctx, n, hold)
+	case FaultFailover:
+		return r.failover(ctx, k, hold)
 	}
 	return nil
 }
@@ -833,6 +847,54 @@ func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) 
 	}
 	sleep(ctx, engine.DefaultHealthInterval+workHealth)
 	return err
+}
+
+// failover replaces node k by the spare (FaultFailover). The spare has run
+// since the previous failover (or the run's start), longer than a
+// quarantine: only its having been a replica tells it from a process
+// trusted at once.
+func (r *run) failover(ctx context.Context, k int, hold time.Duration) error {
+	n, s := r.cluster.Nodes[k], r.spare.Nodes[0]
+	if _, err := n.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		return err
+	}
+	_, port, _ := strings.Cut(n.Addr(), ":")
+	if _, err := s.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
+		return err
+	}
+	for synced := time.Now().Add(5 * time.Second); ; {
+		repl, err := s.Do(ctx, "INFO", "replication")
+		if err != nil {
+			return err
+		}
+		if link, _ := redisinfo.Field(fmt.Sprint(repl), "master_link_status"); link == "up" {
+			break
+		}
+		if time.Now().After(synced) {
+			return errors.New("the spare did not sync within 5s")
+		}
+		if !sleep(ctx, 10*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	sleep(ctx, hold) // leases come and go, and reach the spare
+	if _, err := s.Do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {
+		return err
+	}
+	sleep(ctx, hold/2) // leases come and go on the node alone
+	r.nodesDown.Add(1)
+	defer r.nodesDown.Add(-1)
+	_ = n.Kill()
+	r.proxies[k].Failover(s.Addr())
+	r.cluster.Nodes[k], r.spare.Nodes[0] = s, n
+	r.restarted[k] = time.Now()
+	// The next spare: the node's process, empty, on the host's clock.
+	if n.ClockAhead() != 0 {
+		if err := n.SetClockAhead(0); err != nil {
+			return err
+		}
+	}
+	return n.Restart()
 }
 
 // restart runs a restart of node k and notes when it ended.

@@ -556,6 +556,9 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 			if err := engine.MarkNew(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
+			if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+				t.Fatal(err)
+			}
 			_, port, _ := strings.Cut(primary.Addr(), ":")
 			if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
 				t.Fatal(err)
