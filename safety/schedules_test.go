@@ -464,12 +464,7 @@ func TestScheduleEvictionUnderMemoryPressure(t *testing.T) {
 		const resource = "evicted"
 		cfg := engine.Config{Nodes: c.Addrs(), TTL: 10 * time.Second, HealthInterval: time.Hour}
 		e2 := newEngine(t, cfg)
-		probing := cfg
-		probing.HealthInterval = 20 * time.Millisecond
-		var contender *engine.Engine
-		if running {
-			contender = newEngine(t, probing)
-		}
+		_, contender := probingContender(t, cfg, running)
 		h := newHolders(t, c, resource)
 		l2 := h.takeOnTwo("E2", e2)
 
@@ -587,12 +582,7 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 				t.Fatal(err)
 			}
 			e1 := newEngine(t, cfg)
-			probing := cfg
-			probing.HealthInterval = 20 * time.Millisecond
-			var contender *engine.Engine
-			if running {
-				contender = newEngine(t, probing)
-			}
+			probing, contender := probingContender(t, cfg, running)
 			h := newHolders(t, c, resource)
 			l1, err := e1.TryAcquire(ctx, resource)
 			if err != nil {
@@ -622,6 +612,17 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 			})
 		})
 	}
+}
+
+// probingContender is cfg probing every 20ms, so that a contender sees a
+// node's change within moments, and, when running, that contender, made
+// now.
+func probingContender(t *testing.T, cfg engine.Config, running bool) (engine.Config, *engine.Engine) {
+	cfg.HealthInterval = 20 * time.Millisecond
+	if !running {
+		return cfg, nil
+	}
+	return cfg, newEngine(t, cfg)
 }
 
 // waitProbes waits until k whole probes (four INFO sections each) ran on
