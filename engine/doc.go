@@ -25,9 +25,9 @@
 //
 // WithAutoExtend keeps a lease alive up to a maximum hold; WithFencing
 // gives it a token that strictly increases across successive holders (the
-// argument is in package lease). Nodes that restarted without their data
-// or evicted keys sit out until every lease they may have held has
-// expired, nodes that may evict lock keys (a memory limit with a
+// argument is in package lease). Nodes that restarted without their data,
+// failed over to a replica or evicted keys sit out until every lease they
+// may have held has expired, nodes that may evict lock keys (a memory limit with a
 // maxmemory-policy other than noeviction) refuse acquires, nodes that
 // stop answering are not waited on, and nothing is logged unless
 // Config.Logger is set.
