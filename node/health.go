@@ -278,7 +278,7 @@ func (a *nodeActor) evictions(at time.Time, prev, info Info) {
 	}
 	switch {
 	case prev.RunID != info.RunID:
-		a.lostData(at, "it has evicted keys, maybe lock keys, and lately for all we know")
+		a.lostData(at, "it has evicted keys, maybe lock keys, at a time not known")
 	case info.Evicted > prev.Evicted:
 		a.lostData(at, "it evicted keys, maybe lock keys")
 	}
@@ -337,7 +337,6 @@ func (a *nodeActor) setEvicts(policy string) {
 		return
 	}
 	a.health.evicts = policy
-	defer func() { a.stats.evicting.Store(a.health.evicting != nil) }()
 	switch {
 	case policy == "":
 		a.health.evicting = nil
@@ -350,6 +349,7 @@ func (a *nodeActor) setEvicts(policy string) {
 		a.cfg.Logger.Warn("redlease: node may evict lock keys when its memory fills; it refuses acquires",
 			"node", a.cfg.Addr, "maxmemory-policy", policy)
 	}
+	a.stats.evicting.Store(a.health.evicting != nil)
 }
 
 func (a *nodeActor) batchDone(m *sent) {
