@@ -37,7 +37,17 @@ func TestEvictingNodeRefusesAcquires(t *testing.T) {
 			}
 		}
 		if unsafe {
-			time.Sleep(10 * 50 * time.Millisecond) // ten probes
+			// Two whole probes (four INFO sections each) after the change.
+			infos := func() int {
+				n, err := h.server.Calls(t.Context(), "info")
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			for start := infos(); infos() < start+2*4+3; {
+				time.Sleep(5 * time.Millisecond)
+			}
 			if v := h.ask(&Acquire{Request: h.req("other", "me", 2), TTL: ttl}); v.Outcome != Granted {
 				t.Fatalf("UnsafeEviction: acquire on an evicting node: %+v", v)
 			}

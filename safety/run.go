@@ -15,7 +15,6 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/engine"
-	"github.com/redlease/redlease/internal/redisinfo"
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
@@ -803,11 +802,10 @@ func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) 
 		return nil
 	}
 	info := func(section, field string) (int, error) {
-		text, err := n.Do(ctx, "INFO", section)
+		v, err := n.Info(ctx, section, field)
 		if err != nil {
 			return 0, err
 		}
-		v, _ := redisinfo.Field(fmt.Sprint(text), field)
 		return strconv.Atoi(v)
 	}
 	used, err := info("memory", "used_memory")
@@ -863,11 +861,7 @@ func (r *run) failover(ctx context.Context, k int, hold time.Duration) error {
 		return err
 	}
 	for synced := time.Now().Add(5 * time.Second); ; {
-		repl, err := s.Do(ctx, "INFO", "replication")
-		if err != nil {
-			return err
-		}
-		if link, _ := redisinfo.Field(fmt.Sprint(repl), "master_link_status"); link == "up" {
+		if link, _ := s.Info(ctx, "replication", "master_link_status"); link == "up" {
 			break
 		}
 		if time.Now().After(synced) {

@@ -630,19 +630,14 @@ func probingContender(t *testing.T, cfg engine.Config, running bool) (engine.Con
 func waitProbes(t *testing.T, n *redisproc.Node, k int) {
 	t.Helper()
 	const sections = 4
-	for infos := infoCalls(t, n); infoCalls(t, n) < infos+k*sections+sections-1; {
+	infos := func() int {
+		calls, err := n.Calls(t.Context(), "info")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return calls
+	}
+	for start := infos(); infos() < start+k*sections+sections-1; {
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// infoCalls is how many INFO commands node n has run.
-func infoCalls(t *testing.T, n *redisproc.Node) int {
-	t.Helper()
-	stats, err := n.Do(t.Context(), "INFO", "commandstats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, _ := strings.Cut(fmt.Sprint(stats), "cmdstat_info:calls=")
-	calls, _ := strconv.Atoi(strings.TrimRightFunc(rest[:strings.IndexByte(rest, ',')], func(r rune) bool { return r < '0' || r > '9' }))
-	return calls
 }

@@ -569,16 +569,41 @@ func (n *Node) RunID(ctx context.Context) (string, error) { return n.ServerInfo(
 // ServerInfo returns one field of INFO server, such as run_id or
 // uptime_in_seconds.
 func (n *Node) ServerInfo(ctx context.Context, field string) (string, error) {
-	c, err := n.redis()
-	if err != nil {
-		return "", err
-	}
-	info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+	return n.Info(ctx, "server", field)
+}
+
+// Info returns one field of an INFO section, such as used_memory of
+// memory or evicted_keys of stats.
+func (n *Node) Info(ctx context.Context, section, field string) (string, error) {
+	info, err := n.section(ctx, section)
 	if err != nil {
 		return "", err
 	}
 	if v, ok := redisinfo.Field(info, field); ok {
 		return v, nil
 	}
-	return "", fmt.Errorf("redisproc: INFO server of %s has no %s", n.Addr(), field)
+	return "", fmt.Errorf("redisproc: INFO %s of %s has no %s", section, n.Addr(), field)
+}
+
+// Calls is how many times the process ran command (lower case, as INFO
+// commandstats names it): 0 before the first, which commandstats omits.
+func (n *Node) Calls(ctx context.Context, command string) (int, error) {
+	info, err := n.section(ctx, "commandstats")
+	if err != nil {
+		return 0, err
+	}
+	stat, ok := redisinfo.Field(info, "cmdstat_"+command)
+	if !ok {
+		return 0, nil
+	}
+	calls, _, _ := strings.Cut(strings.TrimPrefix(stat, "calls="), ",")
+	return strconv.Atoi(calls)
+}
+
+func (n *Node) section(ctx context.Context, name string) (string, error) {
+	c, err := n.redis()
+	if err != nil {
+		return "", err
+	}
+	return c.Do(ctx, c.B().Info().Section(name).Build()).ToString()
 }
