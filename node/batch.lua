@@ -125,11 +125,7 @@ local function run(c, k, a)
       redis.call('ZREM', queue, me)
     end
     if c == 's' and queued then
-      local ttl = ARGV[a + 5]
-      redis.call('ZADD', queue, 'NX', ARGV[a + 3], ARGV[a + 4])
-      if redis.call('PTTL', queue) < 2 * tonumber(ttl) then
-        redis.call('PEXPIRE', queue, 2 * tonumber(ttl))
-      end
+      join(queue, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
     end
     local holder = redis.call('GET', lock)
     local deleted = holder == value
