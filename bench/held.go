@@ -123,8 +123,10 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	engines.add(e) // its commands count in cmds
 	closed := false
 	defer func() {
+		engines.remove(e)
 		if !closed {
 			_ = e.Close()
 		}
