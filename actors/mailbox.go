@@ -79,6 +79,12 @@ func (m *mailbox) process() {
 		switch {
 		case system:
 			msg = m.sys.pop()
+			if m.sys.n == 0 {
+				// System messages are rare (Started, then Stop): an idle
+				// actor, or one that holds a lease, need not keep room
+				// for them.
+				m.sys = ring{}
+			}
 		case !m.suspended && m.user.n > 0:
 			msg = m.user.pop()
 		default:

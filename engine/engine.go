@@ -28,6 +28,7 @@ type Engine struct {
 	nodes     []*node.Node
 	pids      []*actor.PID
 	leases    *lease.Pool
+	shared    *lease.Shared // what every lease's lease.Config points to
 	lines     *lines // Acquire's callers by resource, first come first served
 	tel       *telemetry
 
@@ -83,6 +84,8 @@ func New(cfg Config) (*Engine, error) {
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)
 	}
+	e.shared = &lease.Shared{Nodes: e.pids, Addrs: cfg.Nodes, DriftFactor: cfg.DriftFactor,
+		EventBuffer: cfg.EventBuffer, Logger: cfg.Logger, Owner: (*leaseOwner)(e)}
 	e.tel.observe(e)
 	return e, nil
 }
@@ -291,10 +294,9 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	key := e.cfg.lockKey(resource)
 	cfg := lease.Config{
-		Resource: resource, Key: key, Value: newValue(),
-		TTL: o.ttl, DriftFactor: e.cfg.DriftFactor, Nodes: e.pids, NodeTimeout: e.cfg.NodeTimeout,
-		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend, EventBuffer: e.cfg.EventBuffer, Logger: e.cfg.Logger,
-		Addrs: e.cfg.Nodes, Owner: (*leaseOwner)(e),
+		Shared: e.shared, Resource: resource, Key: key, Value: newValue(),
+		TTL: o.ttl, NodeTimeout: e.cfg.NodeTimeout,
+		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend,
 	}
 	if attempts > 1 {
 		cfg.BackOff = o.newBackOff()

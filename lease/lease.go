@@ -20,14 +20,26 @@ import (
 	"github.com/redlease/redlease/node"
 )
 
+// Shared is what the leases of one engine have in common. Each lease's
+// Config points to it rather than carry a copy: a lease actor keeps its
+// Config for as long as the lease is held. Not to be changed once a lease
+// uses it.
+type Shared struct {
+	Nodes       []*actor.PID
+	Addrs       []string // the nodes' addresses, in Nodes order, for errors
+	DriftFactor float64
+	EventBuffer int // capacity of a lease's event channel (≥ 2)
+	Logger      *slog.Logger
+	Owner       Owner // nil: nobody is told
+}
+
 // Config describes one lease.
 type Config struct {
+	*Shared
 	Resource    string
 	Key         string
 	Value       string // the owner's random value
 	TTL         time.Duration
-	DriftFactor float64
-	Nodes       []*actor.PID
 	NodeTimeout time.Duration   // bounds each round
 	Attempts    int             // acquire rounds at most (≥ 1)
 	BackOff     backoff.BackOff // wait between acquire rounds; nil: one round
@@ -38,11 +50,9 @@ type Config struct {
 	// MaxHold bounds extension: no round (automatic or Extend) starts
 	// later than MaxHold after the winning acquire round started; the
 	// lease then expires at its deadline. 0: no extension at all.
-	MaxHold     time.Duration
-	AutoExtend  bool   // extend at a third of the TTL until MaxHold
-	FenceKey    string // non-empty: issue fencing tokens (see doc.go)
-	EventBuffer int    // capacity of the lease's event channel (≥ 2)
-	Logger      *slog.Logger
+	MaxHold  time.Duration
+	FenceKey string        // non-empty: issue fencing tokens (see doc.go)
+	Reply    chan<- Result // buffered 1; receives exactly one Result
 
 	// Line, if set, lets the actor wait for its resource instead of
 	// polling: after a round that found one other owner holding a quorum,
@@ -65,13 +75,10 @@ type Config struct {
 	// Queued: the previous lease's release put this one in the nodes'
 	// queues of waiters already (Line.HandOff): it need not queue itself.
 	Queued bool
-
-	Addrs []string      // the nodes' addresses, in Nodes order, for errors
-	Reply chan<- Result // buffered 1; receives exactly one Result
 	// WinningVotes: the Result of a lease held carries its winning round's
 	// votes too (a copy: for tracing, off by default).
 	WinningVotes bool
-	Owner        Owner // nil: nobody is told
+	AutoExtend   bool // extend at a third of the TTL until MaxHold
 }
 
 // Line is a lease's place among the waiters for its resource, kept by the
@@ -248,21 +255,29 @@ type leaseActor struct {
 }
 
 // perLease is a lease actor's state for one lease.
+//
+// The one-byte fields sit together (a held lease keeps the struct, and
+// each alone would cost a padded word).
 type perLease struct {
-	cfg Config
+	cfg   Config
+	state *State
+
+	phase phase
 	// Log every vote (debug), and the start and end of the lease (info):
 	// checked once, as a call with arguments allocates even when dropped.
 	debug, info bool
-	state       *State
+	recheck     bool      // a recheck came while a round was out
+	deferred    bool      // waiting: for a waiter named next to go first
+	wakeAt      WakeCause // waiting: what the alarm means
+	replied     bool
+	extendsOver bool // MaxHold passed: the lease is meant to expire
 
-	phase      phase
 	firstRound uint64    // the lease's first round: older votes are stale
 	start      time.Time // start of the current acquire or extend round
 	tally      tally     // of the current acquire or extend round
 	owed       int       // votes not yet received
 	attempts   int       // acquire rounds
 	charged    int       // of them, those that count against Config.Attempts
-	recheck    bool      // a recheck came while a round was out
 	heard      []heard   // releases announced while acquiring
 	// The last release heard (its holder, and when), and the time from
 	// the one before it: about one hold and hand-off, lately.
@@ -272,20 +287,16 @@ type perLease struct {
 	// The caller next in line that the final release queues (HandOff).
 	successor      string
 	successorSince time.Time
-	ownDigest      string    // the value as announcements name it, made once
-	since          string    // Config.Since as rounds carry it, once queued
-	deferred       bool      // waiting: for a waiter named next to go first
-	waitingFor     string    // waiting: the holder in the way ("": any)
-	wakeAt         WakeCause // waiting: what the alarm means
-	cause          error     // why acquiring failed
+	ownDigest      string // the value as announcements name it, made once
+	since          string // Config.Since as rounds carry it, once queued
+	waitingFor     string // waiting: the holder in the way ("": any)
+	cause          error  // why acquiring failed
 	failedVotes    []node.Vote
-	replied        bool
 	release        chan<- ReleaseResult // releasing: the Release to answer
 
-	acquired    time.Time             // start of the winning acquire round
-	extendsOver bool                  // MaxHold passed: the lease is meant to expire
-	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
-	token       uint64                // fencing token of the won round
+	acquired time.Time             // start of the winning acquire round
+	waiters  []chan<- ExtendResult // manual Extend calls on the round in flight
+	token    uint64                // fencing token of the won round
 
 	// alarmAt is when the alarm is due (zero: not set); what it means
 	// follows from the phase: the end of the round in flight (acquiring,

@@ -94,10 +94,7 @@ func (f *fakeNodes) vote(to *actor.PID, n int, round uint64, o node.Outcome) {
 func spawn(f *fakeNodes, cfg Config) (chan Result, *State) {
 	reply := make(chan Result, 1)
 	cfg.Key, cfg.Value, cfg.Resource = "k", "v", "r"
-	cfg.Nodes, cfg.Reply = f.pids, reply
-	if cfg.DriftFactor == 0 {
-		cfg.DriftFactor = 0.01
-	}
+	cfg.Shared, cfg.Reply = &Shared{Nodes: f.pids, DriftFactor: 0.01}, reply
 	_, st := NewPool(f.system, nil, 0).Start(cfg) // keeps no actor: one per lease
 	return reply, st
 }

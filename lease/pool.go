@@ -41,7 +41,9 @@ func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int) *
 // returns the actor and the lease's State. Not after Close.
 func (p *Pool) Start(cfg Config) (*actor.PID, *State) {
 	if cfg.Logger == nil {
-		cfg.Logger = actors.Discard
+		sh := *cfg.Shared
+		sh.Logger = actors.Discard
+		cfg.Shared = &sh
 	}
 	st := newState(cfg.Resource, cfg.EventBuffer)
 	p.mu.Lock()

@@ -15,8 +15,8 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 	f := newFakeNodes(t, 5)
 	pool := NewPool(f.system, nil, 1)
 	cfg := func(reply chan Result) Config {
-		return Config{Resource: "r", Key: "k", Value: "v", TTL: 10 * time.Second, DriftFactor: 0.01,
-			NodeTimeout: 10 * time.Second, Attempts: 1, Nodes: f.pids, Reply: reply}
+		return Config{Shared: &Shared{Nodes: f.pids, DriftFactor: 0.01}, Resource: "r", Key: "k", Value: "v",
+			TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, Reply: reply}
 	}
 
 	// Lease A: held, released, every vote in.
