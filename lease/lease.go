@@ -427,8 +427,9 @@ func (a *leaseActor) handle(msg any) {
 func (a *leaseActor) setAlarm(t time.Time) {
 	a.alarmAt = t
 	if a.alarm == nil {
-		system, self := a.system, a.self
-		a.alarm = time.AfterFunc(time.Until(t), func() { system.Root.Send(self, wakeUp) })
+		// The closures of both timers keep only a: system and self are
+		// set before either timer is made, and never change.
+		a.alarm = time.AfterFunc(time.Until(t), func() { a.system.Root.Send(a.self, wakeUp) })
 		return
 	}
 	a.alarm.Reset(time.Until(t))
@@ -1031,10 +1032,9 @@ func (a *leaseActor) armDeadline() {
 	a.deadlineOf.Store(a.state)
 	d := time.Until(a.state.ends())
 	if a.deadline == nil {
-		system, self := a.system, a.self
 		a.deadline = time.AfterFunc(d, func() {
 			if st := a.deadlineOf.Load(); st != nil && st.expireIfDue(time.Now()) {
-				system.Root.Send(self, expired)
+				a.system.Root.Send(a.self, expired)
 			}
 		})
 		return

@@ -34,10 +34,12 @@ type State struct {
 }
 
 // earlyEvent is an Event before the channel was made, less what every
-// event of the lease shares (Resource, Token).
+// event of the lease shares (Resource, Token), with its Until as the time
+// after start (as until keeps it): 32 B rather than 48, for each event a
+// held lease keeps as it extends.
 type earlyEvent struct {
 	kind  EventKind
-	until time.Time
+	until time.Duration
 	err   error
 }
 
@@ -64,7 +66,7 @@ func (s *State) Events() <-chan Event {
 	if s.events == nil {
 		s.events = make(chan Event, s.eventCap)
 		for _, e := range s.early {
-			s.events <- Event{Kind: e.kind, Resource: s.resource, Token: s.token, Until: e.until, Err: e.err}
+			s.events <- Event{Kind: e.kind, Resource: s.resource, Token: s.token, Until: s.start.Add(e.until), Err: e.err}
 		}
 		if n := len(s.early); n > 0 && s.early[n-1].kind.Terminal() {
 			close(s.events)
@@ -98,7 +100,7 @@ func (s *State) deliver(ev Event) bool {
 	if s.early == nil {
 		s.early = make([]earlyEvent, 0, 2) // Acquired and the end, most often
 	}
-	s.early = append(s.early, earlyEvent{ev.Kind, ev.Until, ev.Err})
+	s.early = append(s.early, earlyEvent{ev.Kind, ev.Until.Sub(s.start), ev.Err})
 	return true
 }
 

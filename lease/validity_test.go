@@ -107,7 +107,7 @@ func TestEventsBeforeAndAfterTheFirstCall(t *testing.T) {
 	evs = append(evs, Event{Kind: Released, Until: until.Add(5 * time.Second), Err: ErrReleased})
 	for asked := range len(evs) + 1 { // Events first called after this many events
 		s := newState("r", 4)
-		s.token = 7
+		s.token, s.start = 7, until.Add(-time.Second) // as hold sets them, before the first event
 		var ch <-chan Event
 		var kept []bool
 		for i, ev := range evs {
