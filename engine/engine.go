@@ -29,7 +29,7 @@ type Engine struct {
 	pids      []*actor.PID
 	leases    *lease.Pool
 	shared    *lease.Shared // what every lease's lease.Config points to
-	lines     *lines // Acquire's callers by resource, first come first served
+	lines     *lines        // Acquire's callers by resource, first come first served
 	tel       *telemetry
 
 	hub         *actor.PID // event fan-out to subscribers
