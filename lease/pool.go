@@ -40,7 +40,7 @@ func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int) *
 // Start starts acquiring cfg's lease on an idle actor, or a new one, and
 // returns the actor and the lease's State. Not after Close.
 func (p *Pool) Start(cfg Config) (*actor.PID, *State) {
-	if cfg.Logger == nil {
+	if cfg.Logger == nil { // never the engine's: it sets one, once
 		sh := *cfg.Shared
 		sh.Logger = actors.Discard
 		cfg.Shared = &sh
