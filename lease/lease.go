@@ -35,7 +35,7 @@ type Shared struct {
 
 // Config describes one lease.
 type Config struct {
-	*Shared // required
+	*Shared     // required
 	Resource    string
 	Key         string
 	Value       string // the owner's random value
