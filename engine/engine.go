@@ -28,8 +28,7 @@ type Engine struct {
 	nodes     []*node.Node
 	pids      []*actor.PID
 	leases    *lease.Pool
-	shared    *lease.Shared // what every lease's lease.Config points to
-	lines     *lines        // Acquire's callers by resource, first come first served
+	lines     *lines // Acquire's callers by resource, first come first served
 	tel       *telemetry
 
 	hub         *actor.PID // event fan-out to subscribers
@@ -71,7 +70,6 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.tel = newTelemetry(e)
 	e.lines = newLines(e)
-	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors)
 	h := &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
 	e.hub = e.system.Root.Spawn(actors.Props(func() actor.Actor { return h }, e.dispatch))
 	for i, addr := range cfg.Nodes {
@@ -84,8 +82,8 @@ func New(cfg Config) (*Engine, error) {
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)
 	}
-	e.shared = &lease.Shared{Nodes: e.pids, Addrs: cfg.Nodes, DriftFactor: cfg.DriftFactor,
-		EventBuffer: cfg.EventBuffer, Logger: cfg.Logger, Owner: (*leaseOwner)(e)}
+	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors, lease.Shared{Nodes: e.pids, Addrs: cfg.Nodes,
+		DriftFactor: cfg.DriftFactor, EventBuffer: cfg.EventBuffer, Logger: cfg.Logger, Owner: (*leaseOwner)(e)})
 	e.tel.observe(e)
 	return e, nil
 }
@@ -294,7 +292,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	key := e.cfg.lockKey(resource)
 	cfg := lease.Config{
-		Shared: e.shared, Resource: resource, Key: key, Value: newValue(),
+		Resource: resource, Key: key, Value: newValue(),
 		TTL: o.ttl, NodeTimeout: e.cfg.NodeTimeout,
 		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend,
 	}

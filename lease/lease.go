@@ -20,10 +20,9 @@ import (
 	"github.com/redlease/redlease/node"
 )
 
-// Shared is what the leases of one engine have in common. Each lease's
-// Config points to it rather than carry a copy: a lease actor keeps its
-// Config for as long as the lease is held. Not to be changed once a lease
-// uses it.
+// Shared is what the leases of one engine (one Pool) have in common.
+// Each lease's Config points to the pool's rather than carry a copy: a
+// lease actor keeps its Config for as long as the lease is held.
 type Shared struct {
 	Nodes       []*actor.PID
 	Addrs       []string // the nodes' addresses, in Nodes order, for errors
@@ -35,7 +34,7 @@ type Shared struct {
 
 // Config describes one lease.
 type Config struct {
-	*Shared     // required
+	*Shared     // set by Pool.Start: its pool's
 	Resource    string
 	Key         string
 	Value       string // the owner's random value

@@ -91,11 +91,14 @@ func (f *fakeNodes) vote(to *actor.PID, n int, round uint64, o node.Outcome) {
 	f.system.Root.Send(to, &node.Vote{Node: n, Round: round, Outcome: o, RTT: time.Millisecond})
 }
 
+// shared is what the leases of a pool over these nodes share.
+func (f *fakeNodes) shared() Shared { return Shared{Nodes: f.pids, DriftFactor: 0.01} }
+
 func spawn(f *fakeNodes, cfg Config) (chan Result, *State) {
 	reply := make(chan Result, 1)
 	cfg.Key, cfg.Value, cfg.Resource = "k", "v", "r"
-	cfg.Shared, cfg.Reply = &Shared{Nodes: f.pids, DriftFactor: 0.01}, reply
-	_, st := NewPool(f.system, nil, 0).Start(cfg) // keeps no actor: one per lease
+	cfg.Reply = reply
+	_, st := NewPool(f.system, nil, 0, f.shared()).Start(cfg) // keeps no actor: one per lease
 	return reply, st
 }
 

@@ -15,6 +15,7 @@ import (
 // what arrives late about one lease out of the next.
 type Pool struct {
 	system *actor.ActorSystem
+	shared *Shared      // every lease's Config.Shared
 	props  *actor.Props // one for all the pool's actors
 	keep   int
 
@@ -30,21 +31,22 @@ type Pool struct {
 
 // NewPool returns a pool whose actors run on dispatcher (nil:
 // protoactor's default) and which keeps at most keep idle actors; with
-// keep 0 every actor stops after its lease.
-func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int) *Pool {
-	p := &Pool{system: system, keep: keep}
+// keep 0 every actor stops after its lease. Its leases share shared (a
+// nil Logger: none); the pool keeps a copy.
+func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int, shared Shared) *Pool {
+	if shared.Logger == nil {
+		shared.Logger = actors.Discard
+	}
+	p := &Pool{system: system, shared: &shared, keep: keep}
 	p.props = actors.Props(func() actor.Actor { return &leaseActor{system: system, pool: p} }, dispatcher)
 	return p
 }
 
 // Start starts acquiring cfg's lease on an idle actor, or a new one, and
-// returns the actor and the lease's State. Not after Close.
+// returns the actor and the lease's State; cfg.Shared is the pool's. Not
+// after Close.
 func (p *Pool) Start(cfg Config) (*actor.PID, *State) {
-	if cfg.Logger == nil { // never the engine's: it sets one, once
-		sh := *cfg.Shared
-		sh.Logger = actors.Discard
-		cfg.Shared = &sh
-	}
+	cfg.Shared = p.shared
 	st := newState(cfg.Resource, cfg.EventBuffer)
 	p.mu.Lock()
 	var pid *actor.PID

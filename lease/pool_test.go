@@ -13,9 +13,9 @@ import (
 // second.
 func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 	f := newFakeNodes(t, 5)
-	pool := NewPool(f.system, nil, 1)
+	pool := NewPool(f.system, nil, 1, f.shared())
 	cfg := func(reply chan Result) Config {
-		return Config{Shared: &Shared{Nodes: f.pids, DriftFactor: 0.01}, Resource: "r", Key: "k", Value: "v",
+		return Config{Resource: "r", Key: "k", Value: "v",
 			TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, Reply: reply}
 	}
 
