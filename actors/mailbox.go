@@ -15,13 +15,18 @@ import (
 // It keeps the default's order: system messages first, user messages in
 // the order they were posted, at most Throughput of them per run before
 // yielding.
-func NewMailbox() actor.Mailbox {
-	m := &mailbox{}
+func NewMailbox() actor.Mailbox { return newMailbox() }
+
+func newMailbox() *Mailbox {
+	m := &Mailbox{}
 	m.run = m.process // once: scheduling it allocates nothing
 	return m
 }
 
-type mailbox struct {
+// Mailbox is the mailbox NewMailbox makes. Besides protoactor's
+// interface it lets a caller that will wait for an actor's answer run the
+// actor itself (Offer, Run).
+type Mailbox struct {
 	mu        sync.Mutex
 	user, sys ring
 	scheduled bool // a run is scheduled or running
@@ -32,28 +37,47 @@ type mailbox struct {
 	run        func()
 }
 
-func (m *mailbox) PostUserMessage(msg any) { m.post(&m.user, msg) }
+func (m *Mailbox) PostUserMessage(msg any) { m.post(&m.user, msg) }
 
-func (m *mailbox) PostSystemMessage(msg any) { m.post(&m.sys, msg) }
+func (m *Mailbox) PostSystemMessage(msg any) { m.post(&m.sys, msg) }
 
-func (m *mailbox) post(q *ring, msg any) {
-	m.mu.Lock()
-	q.push(msg)
-	schedule := !m.scheduled
-	m.scheduled = true
-	m.mu.Unlock()
-	if schedule {
+func (m *Mailbox) post(q *ring, msg any) {
+	if m.push(q, msg) {
 		m.dispatcher.Schedule(m.run)
 	}
 }
 
-func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+// push queues msg and reports whether the mailbox was idle: whoever
+// pushed must then see that it runs.
+func (m *Mailbox) push(q *ring, msg any) (idle bool) {
+	m.mu.Lock()
+	q.push(msg)
+	idle = !m.scheduled
+	m.scheduled = true
+	m.mu.Unlock()
+	return idle
+}
+
+// Offer posts msg as a user message, as protoactor's Send does (no
+// envelope, no middleware), except that a mailbox that was idle is not
+// scheduled: Offer reports true, and the caller must then call Run, soon
+// and holding no lock the actor may take. A caller that is about to wait
+// for the actor's answer does the actor's work itself that way, instead of
+// handing it to a dispatcher worker and sleeping until the worker ran: one
+// goroutine hand-off less per call.
+func (m *Mailbox) Offer(msg any) (run bool) { return m.push(&m.user, msg) }
+
+// Run handles the mailbox's messages on the calling goroutine, as a
+// dispatcher worker would; only after Offer reported true.
+func (m *Mailbox) Run() { m.process() }
+
+func (m *Mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	m.invoker, m.dispatcher = invoker, dispatcher
 }
 
-func (m *mailbox) Start() {}
+func (m *Mailbox) Start() {}
 
-func (m *mailbox) UserMessageCount() int {
+func (m *Mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.user.n
@@ -61,7 +85,7 @@ func (m *mailbox) UserMessageCount() int {
 
 // process handles messages until both queues are empty (or only user
 // messages are left while suspended), yielding every Throughput messages.
-func (m *mailbox) process() {
+func (m *Mailbox) process() {
 	var msg any
 	defer func() {
 		if r := recover(); r != nil {
@@ -136,4 +160,67 @@ func (r *ring) pop() any {
 	r.head = (r.head + 1) % len(r.buf)
 	r.n--
 	return v
+}
+
+// Batch posts many messages from one goroutine and schedules the
+// mailboxes they woke together, boxesPerRun to a dispatcher run, instead
+// of one run each: a node actor answering a batch of commands wakes one
+// worker per few leases, not one per lease. Not for concurrent use.
+type Batch struct{ next *boxes }
+
+// boxesPerRun is how many woken mailboxes one dispatcher run handles:
+// few enough that the next batch's leases can run on another worker
+// meanwhile.
+const boxesPerRun = 8
+
+// boxes are mailboxes for one dispatcher run; recycled, so that a batch
+// allocates nothing.
+type boxes struct {
+	m   [boxesPerRun]*Mailbox
+	n   int
+	run func() // b.process, made once
+}
+
+var boxesPool sync.Pool // of *boxes
+
+func newBoxes() *boxes {
+	if b, ok := boxesPool.Get().(*boxes); ok {
+		return b
+	}
+	b := new(boxes)
+	b.run = b.process
+	return b
+}
+
+func (b *boxes) process() {
+	for i, m := range b.m[:b.n] {
+		m.Run()
+		b.m[i] = nil
+	}
+	b.n = 0
+	boxesPool.Put(b)
+}
+
+// Post posts msg to m as Offer does; m runs at the next Flush (or
+// sooner, once boxesPerRun mailboxes wait) if it was idle.
+func (b *Batch) Post(m *Mailbox, msg any) {
+	if !m.Offer(msg) {
+		return
+	}
+	if b.next == nil {
+		b.next = newBoxes()
+	}
+	b.next.m[b.next.n] = m
+	b.next.n++
+	if b.next.n == boxesPerRun {
+		b.Flush()
+	}
+}
+
+// Flush schedules the mailboxes Post woke and has not scheduled yet.
+func (b *Batch) Flush() {
+	if next := b.next; next != nil {
+		b.next = nil
+		next.m[0].dispatcher.Schedule(next.run)
+	}
 }

@@ -130,3 +130,49 @@ func TestMailboxRunsPastThroughput(t *testing.T) {
 		t.Fatalf("%d messages handled, want 5", got)
 	}
 }
+
+// Offer leaves an idle mailbox for its caller to Run, and a busy one to
+// the run that is due; Batch schedules the mailboxes it woke boxesPerRun
+// to a run, each message still in order.
+func TestOfferAndBatch(t *testing.T) {
+	d := &manual{runs: make(chan func(), 8), throughput: 300}
+	rec := &recorder{}
+	m := newMailbox()
+	m.RegisterHandlers(rec, d)
+	if !m.Offer("a") {
+		t.Fatal("Offer on an idle mailbox: want the caller to run it")
+	}
+	if m.Offer("b") {
+		t.Fatal("Offer on a mailbox due to run: want false")
+	}
+	d.none(t)
+	m.Run()
+	if got, want := rec.snapshot(), []string{"user a", "user b"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+
+	const n = boxesPerRun + 3
+	recs := make([]*recorder, n)
+	boxes := make([]*Mailbox, n)
+	for i := range n {
+		recs[i], boxes[i] = &recorder{}, newMailbox()
+		boxes[i].RegisterHandlers(recs[i], d)
+	}
+	var b Batch
+	for i := range n {
+		b.Post(boxes[i], "x")
+		b.Post(boxes[i], "y") // the mailbox is woken already: no second place
+	}
+	d.next(t) // the first boxesPerRun, scheduled as soon as they were that many
+	d.none(t)
+	b.Flush()
+	d.next(t) // the other 3
+	d.none(t)
+	b.Flush()
+	d.none(t)
+	for i, r := range recs {
+		if got, want := r.snapshot(), []string{"user x", "user y"}; !slices.Equal(got, want) {
+			t.Fatalf("mailbox %d: got %q, want %q", i, got, want)
+		}
+	}
+}

@@ -51,7 +51,21 @@ func (Late) IgnoreDeadLetterLogging() {}
 // dispatcher, or by protoactor's default when dispatcher is nil. One
 // Props may spawn many actors.
 func Props(produce actor.Producer, dispatcher actor.Dispatcher) *actor.Props {
-	opts := []actor.PropsOption{actor.WithMailbox(NewMailbox)}
+	return props(produce, dispatcher, NewMailbox)
+}
+
+// PropsWithMailbox are Props for one actor, which also hand its Mailbox
+// to got as the actor is spawned (for Offer and Run).
+func PropsWithMailbox(produce actor.Producer, dispatcher actor.Dispatcher, got func(*Mailbox)) *actor.Props {
+	return props(produce, dispatcher, func() actor.Mailbox {
+		m := newMailbox()
+		got(m)
+		return m
+	})
+}
+
+func props(produce actor.Producer, dispatcher actor.Dispatcher, mailbox actor.MailboxProducer) *actor.Props {
+	opts := []actor.PropsOption{actor.WithMailbox(mailbox)}
 	if dispatcher != nil {
 		opts = append(opts, actor.WithDispatcher(dispatcher))
 	}

@@ -333,11 +333,15 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	// Started under the lock so Close sees every lease, and before its
 	// owner's Done can run.
-	pid, st := e.leases.Start(cfg)
+	ref, st, run := e.leases.Start(cfg)
+	pid := ref.PID
 	e.live[st] = pid
 	e.mu.Unlock()
 	if t != nil {
 		t.started(st, pid)
+	}
+	if run {
+		ref.Run()
 	}
 
 	stop := context.AfterFunc(ctx, func() {
@@ -351,7 +355,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if t != nil {
 		t.held.Store(true)
 	}
-	return &Lease{e: e, pid: pid, state: st, resource: resource, value: cfg.Value}, r, nil
+	return &Lease{e: e, ref: ref, state: st, resource: resource, value: cfg.Value}, r, nil
 }
 
 // awaitResult waits for the lease actor's one answer; the actor always

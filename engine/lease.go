@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/redlease/redlease/lease"
 )
 
@@ -16,7 +14,7 @@ import (
 // by Until.
 type Lease struct {
 	e        *Engine
-	pid      *actor.PID
+	ref      lease.Ref
 	state    *lease.State
 	resource string
 	value    string
@@ -94,7 +92,7 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 		return zero, l.state.Err()
 	default:
 	}
-	l.e.system.Root.Send(l.pid, msg)
+	l.ref.Ask(msg)
 	select {
 	case r := <-reply:
 		return r, nil

@@ -230,9 +230,10 @@ func (a *leaseActor) holding() bool { return a.phase == held || a.phase == exten
 // leaseActor runs one lease at a time; a Pool gives it the next once it
 // is done with one.
 type leaseActor struct {
-	system *actor.ActorSystem
-	self   *actor.PID
-	pool   *Pool // takes the actor back when it is done with a lease
+	system  *actor.ActorSystem
+	self    *actor.PID
+	mailbox *actors.Mailbox
+	pool    *Pool // takes the actor back when it is done with a lease
 	// round numbers the commands sent to all nodes, across every lease the
 	// actor runs, so that a late vote never matches a later lease's round.
 	round uint64
@@ -310,7 +311,6 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	msg := ctx.Message()
 	switch m := msg.(type) {
 	case *actor.Started:
-		a.self = ctx.Self()
 		return
 	case *actor.Stopped:
 		a.stopped()
@@ -537,7 +537,7 @@ func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
 	a.round++
 	a.takeVotes()
 	clear(a.votes)
-	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Sent: time.Now()})
+	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: time.Now()})
 	if to == nil {
 		for _, pid := range a.cfg.Nodes {
 			a.system.Root.Send(pid, c)
@@ -1170,7 +1170,7 @@ func (a *leaseActor) maybeDone(ctx actor.Context) {
 	a.stopTimers()
 	// Back in the pool first: once Stopped is closed, the next lease may
 	// look for an idle actor. Its begin waits in the mailbox meanwhile.
-	reuse := a.pool != nil && a.pool.put(a.self)
+	reuse := a.pool != nil && a.pool.put(Ref{PID: a.self, mailbox: a.mailbox})
 	a.done()
 	if !reuse {
 		ctx.Stop(a.self)

@@ -98,8 +98,17 @@ func spawn(f *fakeNodes, cfg Config) (chan Result, *State) {
 	reply := make(chan Result, 1)
 	cfg.Key, cfg.Value, cfg.Resource = "k", "v", "r"
 	cfg.Reply = reply
-	_, st := NewPool(f.system, nil, 0, f.shared()).Start(cfg) // keeps no actor: one per lease
+	_, st := start(NewPool(f.system, nil, 0, f.shared()), cfg) // keeps no actor: one per lease
 	return reply, st
+}
+
+// start starts cfg's lease on pool, as the engine does.
+func start(pool *Pool, cfg Config) (*actor.PID, *State) {
+	r, st, run := pool.Start(cfg)
+	if run {
+		r.Run()
+	}
+	return r.PID, st
 }
 
 func result(t *testing.T, c chan Result) Result {

@@ -14,17 +14,17 @@ import (
 // time; the round numbers of its votes and the tags of its timers keep
 // what arrives late about one lease out of the next.
 type Pool struct {
-	system *actor.ActorSystem
-	shared *Shared      // every lease's Config.Shared
-	props  *actor.Props // one for all the pool's actors
-	keep   int
+	system     *actor.ActorSystem
+	dispatcher actor.Dispatcher
+	shared     *Shared // every lease's Config.Shared
+	keep       int
 
 	// votes keeps the actors' vote slices (*[]node.Vote) between rounds:
 	// a held lease between extensions needs none.
 	votes sync.Pool
 
 	mu     sync.Mutex
-	idle   []*actor.PID
+	idle   []Ref
 	closed bool
 	actors sync.WaitGroup // every actor spawned, until it stopped
 }
@@ -37,42 +37,65 @@ func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int, s
 	if shared.Logger == nil {
 		shared.Logger = actors.Discard
 	}
-	p := &Pool{system: system, shared: &shared, keep: keep}
-	p.props = actors.Props(func() actor.Actor { return &leaseActor{system: system, pool: p} }, dispatcher)
-	return p
+	return &Pool{system: system, dispatcher: dispatcher, shared: &shared, keep: keep}
 }
+
+// Ref is a lease actor: its PID, and its mailbox for a caller that waits
+// for the actor's answer (Ask).
+type Ref struct {
+	PID     *actor.PID
+	mailbox *actors.Mailbox
+}
+
+// Ask posts msg to the actor and, when the actor was idle, handles it on
+// the calling goroutine (actors.Mailbox.Offer): for a caller that waits
+// for the answer next, holding no lock.
+func (r Ref) Ask(msg any) {
+	if r.mailbox.Offer(msg) {
+		r.mailbox.Run()
+	}
+}
+
+// Run runs the actor on the calling goroutine: see Start.
+func (r Ref) Run() { r.mailbox.Run() }
 
 // Start starts acquiring cfg's lease on an idle actor, or a new one, and
 // returns the actor and the lease's State; cfg.Shared is the pool's. Not
 // after Close.
-func (p *Pool) Start(cfg Config) (*actor.PID, *State) {
+//
+// When run is true, the lease begins once the caller calls r.Run, which
+// it must do at once, holding no lock the lease may take (its owner's
+// Done): the idle actor then handles the begin on the calling goroutine,
+// which is about to wait for the lease's Result anyway.
+func (p *Pool) Start(cfg Config) (r Ref, st *State, run bool) {
 	cfg.Shared = p.shared
-	st := newState(cfg.Resource, cfg.EventBuffer)
+	st = newState(cfg.Resource, cfg.EventBuffer)
 	p.mu.Lock()
-	var pid *actor.PID
 	if n := len(p.idle); n > 0 {
-		pid = p.idle[n-1]
-		p.idle[n-1] = nil
+		r = p.idle[n-1]
+		p.idle[n-1] = Ref{}
 		p.idle = p.idle[:n-1]
 	}
 	p.mu.Unlock()
-	if pid == nil {
+	if r.PID == nil {
 		p.actors.Add(1)
-		pid = p.system.Root.Spawn(p.props)
+		a := &leaseActor{system: p.system, pool: p}
+		a.self = p.system.Root.Spawn(actors.PropsWithMailbox(func() actor.Actor { return a }, p.dispatcher,
+			func(m *actors.Mailbox) { a.mailbox = m }))
+		r = Ref{PID: a.self, mailbox: a.mailbox}
 	}
-	p.system.Root.Send(pid, &begin{cfg: cfg, state: st})
-	return pid, st
+	return r, st, r.mailbox.Offer(&begin{cfg: cfg, state: st})
 }
 
 // put takes back an actor that is done with its lease; false when the
 // pool is full or closed: the actor stops.
-func (p *Pool) put(pid *actor.PID) bool {
+func (p *Pool) put(r Ref) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.idle) >= p.keep {
 		return false
 	}
-	p.idle = append(p.idle, pid)
+	p.idle = append(p.idle, r)
 	return true
 }
 
@@ -84,8 +107,8 @@ func (p *Pool) Close() {
 	idle := p.idle
 	p.idle = nil
 	p.mu.Unlock()
-	for _, pid := range idle {
-		p.system.Root.Stop(pid)
+	for _, r := range idle {
+		p.system.Root.Stop(r.PID)
 	}
 	p.actors.Wait()
 }

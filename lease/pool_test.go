@@ -21,7 +21,7 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 
 	// Lease A: held, released, every vote in.
 	replyA := make(chan Result, 1)
-	pidA, stA := pool.Start(cfg(replyA))
+	pidA, stA := start(pool, cfg(replyA))
 	rA, to := round[*node.Acquire](t, f)
 	for n := range 5 {
 		f.vote(to, n, rA, node.Granted)
@@ -40,7 +40,7 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 
 	// Lease B gets A's actor.
 	replyB := make(chan Result, 1)
-	pidB, stB := pool.Start(cfg(replyB))
+	pidB, stB := start(pool, cfg(replyB))
 	if pidB != pidA {
 		t.Fatalf("B runs on %v, not on A's idle actor %v", pidB, pidA)
 	}

@@ -20,6 +20,9 @@ type Request struct {
 	Value   string     // the lease owner's random value
 	Round   uint64     // echoed in the Vote so the sender can drop stale ones
 	ReplyTo *actor.PID // receives exactly one *Vote; nil: nobody waits for it
+	// Inbox, if set, is ReplyTo's mailbox: the votes of a batch go to
+	// it together (actors.Batch), waking fewer dispatcher workers.
+	Inbox *actors.Mailbox
 	// Sent is when the sender sent it (zero: when it reaches the node
 	// actor). The command's timeout and its vote's RTT count from it: one
 	// clock reading for a round's commands to every node, not one each.

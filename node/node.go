@@ -180,6 +180,7 @@ type nodeActor struct {
 
 	ttl      millis        // the sender goroutine's: TTLs as the scripts take them
 	script   scriptArgs    // the sender goroutine's: the batch script call it builds
+	out      actors.Batch  // the sender goroutine's: the votes of the batch it answers
 	work     chan job      // to the sender goroutine; holds at most the one job in flight
 	idle     chan struct{} // closed when the sender goroutine returned
 	stopOnce sync.Once
@@ -292,10 +293,10 @@ func (a *nodeActor) flush() {
 				continue
 			}
 		case e.op.acquires() && quarantined:
-			a.replyQuarantined(&e, now, a.health.quarantineUntil)
+			a.replyQuarantined(&e, now, a.health.quarantineUntil, nil)
 			continue
 		case e.op.acquires() && a.health.evicting != nil:
-			a.reply(&e, Failed, now, a.health.evicting)
+			a.reply(&e, Failed, now, a.health.evicting, nil)
 			continue
 		}
 		if a.health.down {
@@ -335,7 +336,7 @@ func (a *nodeActor) flush() {
 // does, silently, since its key may still be on the node; but not the
 // successor it was to queue, who may be done waiting by the time it goes.
 func (a *nodeActor) settle(e *entry, o Outcome, now time.Time, err error) bool {
-	a.reply(e, o, now, err)
+	a.reply(e, o, now, err, nil)
 	e.silent, e.successor = true, ""
 	return e.op == opRelease
 }
@@ -373,6 +374,7 @@ func (a *nodeActor) run(j job) {
 		clear(j.batch)
 		done.batch = j.batch[:0]
 	}
+	a.out.Flush()
 	a.system.Root.Send(a.self, done)
 }
 
@@ -439,7 +441,7 @@ func (a *nodeActor) send(client rueidis.Client, j job, done *sent) error {
 		}
 		for i := range chunk { // the call failed as a whole: no command has its own answer
 			if !chunk[i].silent {
-				a.reply(&chunk[i], Failed, now, err)
+				a.reply(&chunk[i], Failed, now, err, &a.out)
 			}
 		}
 	}
@@ -460,22 +462,22 @@ func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.
 	switch {
 	case err != nil: // an error reply: the node is up, the command did nothing
 		if !e.silent {
-			a.reply(e, Failed, now, err)
+			a.reply(e, Failed, now, err, &a.out)
 		}
 	case e.silent:
 	case n == 1:
-		a.replyCounter(e, now, counter)
+		a.replyCounter(e, now, counter, &a.out)
 	case n == epochMissing:
 		done.lostData = true
-		a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine))
+		a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine), &a.out)
 	case holder != "": // counter: the key's PTTL
 		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder}
 		if pttl := int64(counter); pttl >= 0 {
 			v.Until = now.Add(time.Duration(pttl) * time.Millisecond)
 		}
-		a.answer(e, v)
+		a.answer(e, v, &a.out)
 	default:
-		a.reply(e, Taken, now, nil)
+		a.reply(e, Taken, now, nil, &a.out)
 	}
 }
 
@@ -490,7 +492,7 @@ func (a *nodeActor) unanswered(batch []entry, now time.Time, err error, done *se
 		e := batch[i]
 		done.failed++
 		if !e.silent {
-			a.reply(&e, o, now, err)
+			a.reply(&e, o, now, err, &a.out)
 		}
 		if e.op == opRelease {
 			e.silent, e.successor = true, "" // see settle
@@ -534,28 +536,34 @@ func parseReply(msg *rueidis.RedisMessage) (n int64, counter uint64, holder stri
 	return n, uint64(c), holder, err
 }
 
-func (a *nodeActor) replyCounter(e *entry, now time.Time, counter uint64) {
-	a.answer(e, Vote{Outcome: Granted, RTT: now.Sub(e.queued), Counter: counter})
+func (a *nodeActor) replyCounter(e *entry, now time.Time, counter uint64, out *actors.Batch) {
+	a.answer(e, Vote{Outcome: Granted, RTT: now.Sub(e.queued), Counter: counter}, out)
 }
 
-func (a *nodeActor) reply(e *entry, o Outcome, now time.Time, err error) {
-	a.answer(e, Vote{Outcome: o, RTT: now.Sub(e.queued), Err: err})
+func (a *nodeActor) reply(e *entry, o Outcome, now time.Time, err error, out *actors.Batch) {
+	a.answer(e, Vote{Outcome: o, RTT: now.Sub(e.queued), Err: err}, out)
 }
 
 // replyQuarantined refuses an acquire while the node sits out, saying
 // until when, so the lease can wait for it instead of retrying blindly.
-func (a *nodeActor) replyQuarantined(e *entry, now, until time.Time) {
-	a.answer(e, Vote{Outcome: Failed, RTT: now.Sub(e.queued), Err: ErrQuarantined, Until: until})
+func (a *nodeActor) replyQuarantined(e *entry, now, until time.Time, out *actors.Batch) {
+	a.answer(e, Vote{Outcome: Failed, RTT: now.Sub(e.queued), Err: ErrQuarantined, Until: until}, out)
 }
 
-// answer sends v, from this node and for e's round, to e's sender.
-func (a *nodeActor) answer(e *entry, v Vote) {
+// answer sends v, from this node and for e's round, to e's sender: through
+// out, when the sender gave its mailbox and the caller a Batch (the
+// sender goroutine, answering a batch), else at once.
+func (a *nodeActor) answer(e *entry, v Vote, out *actors.Batch) {
 	if e.req.ReplyTo == nil {
 		return // nobody waits for it (see Release)
 	}
 	p := votes.Get().(*Vote)
 	*p = v
 	p.Node, p.Round = a.cfg.Index, e.req.Round
+	if out != nil && e.req.Inbox != nil {
+		out.Post(e.req.Inbox, p)
+		return
+	}
 	a.system.Root.Send(e.req.ReplyTo, p)
 }
 
@@ -563,7 +571,7 @@ func (a *nodeActor) failQueued(err error) {
 	now := time.Now()
 	for i := range a.queue {
 		if !a.queue[i].silent {
-			a.reply(&a.queue[i], Failed, now, err)
+			a.reply(&a.queue[i], Failed, now, err, nil)
 		}
 	}
 	clear(a.queue)
