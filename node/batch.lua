@@ -62,7 +62,8 @@
 -- lowering it) only while this owner holds the lock key: 1; else 0.
 
 -- Each call runs this body again, closures included, so it defines only
--- what a command needs more than once: run, and join.
+-- what a command needs more than once: run, join, step; and runAll, so
+-- that a batch costs one pcall rather than one per command.
 
 local epochOK = nil -- whether the marker is the one required, read once
 
@@ -85,16 +86,15 @@ local function run(c, k, a)
     if not epochOK then
       return -1
     end
-    local queue = lock .. ':queue'
     if redis.call('SET', lock, value, 'NX', 'PX', ttl) then
       if since ~= '' then
-        redis.call('ZREM', queue, redis.sha1hex(value))
+        redis.call('ZREM', lock .. ':queue', redis.sha1hex(value))
       end
     else
       local holder = redis.call('GET', lock)
       if holder ~= value then
         if since ~= '' then
-          join(queue, since, redis.sha1hex(value), ttl)
+          join(lock .. ':queue', since, redis.sha1hex(value), ttl)
         end
         return {0, redis.call('PTTL', lock), redis.sha1hex(holder)}
       end
@@ -168,16 +168,11 @@ local function run(c, k, a)
   error('unknown command ' .. c)
 end
 
-local out = {}
+local out, m = {}, 0
 local k, a, n = 2, 2, #ARGV
-while a <= n do
-  local c = ARGV[a]
-  local ok, r = pcall(run, c, k, a + 1)
-  if not ok and (type(r) ~= 'table' or not r.err) then
-    r = {err = 'ERR redlease: ' .. tostring(r)}
-  end
-  out[#out + 1] = r
-  -- Step over its keys and arguments.
+
+-- step moves k and a past the command coded c: its keys and arguments.
+local function step(c)
   if c == 'A' or c == 'f' then
     k = k + 2
   else
@@ -190,5 +185,28 @@ while a <= n do
   else
     a = a + 4
   end
+end
+
+-- runAll runs the commands from the current one on; an error stops it at
+-- the command that raised it.
+local function runAll()
+  while a <= n do
+    local c = ARGV[a]
+    m = m + 1
+    out[m] = run(c, k, a + 1)
+    step(c)
+  end
+end
+
+while true do
+  local ok, r = pcall(runAll)
+  if ok then
+    break
+  end
+  if type(r) ~= 'table' or not r.err then
+    r = {err = 'ERR redlease: ' .. tostring(r)}
+  end
+  out[m] = r
+  step(ARGV[a])
 end
 return out
