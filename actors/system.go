@@ -54,8 +54,9 @@ func Props(produce actor.Producer, dispatcher actor.Dispatcher) *actor.Props {
 	return props(produce, dispatcher, NewMailbox)
 }
 
-// PropsWithMailbox are Props for one actor, which also hand its Mailbox
-// to got as the actor is spawned (for Offer and Run).
+// PropsWithMailbox are Props that also hand each actor's Mailbox to got
+// as the actor is spawned (for Offer and Run), right after produce made
+// the actor.
 func PropsWithMailbox(produce actor.Producer, dispatcher actor.Dispatcher, got func(*Mailbox)) *actor.Props {
 	return props(produce, dispatcher, func() actor.Mailbox {
 		m := newMailbox()

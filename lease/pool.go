@@ -14,10 +14,15 @@ import (
 // time; the round numbers of its votes and the tags of its timers keep
 // what arrives late about one lease out of the next.
 type Pool struct {
-	system     *actor.ActorSystem
-	dispatcher actor.Dispatcher
-	shared     *Shared // every lease's Config.Shared
-	keep       int
+	system *actor.ActorSystem
+	shared *Shared      // every lease's Config.Shared
+	props  *actor.Props // one for all the pool's actors (see spawn)
+	keep   int
+
+	// spawnMu serialises spawns, so that the Props' mailbox producer
+	// gives its mailbox to the actor its actor producer just made.
+	spawnMu sync.Mutex
+	spawned *leaseActor
 
 	// votes keeps the actors' vote slices (*[]node.Vote) between rounds:
 	// a held lease between extensions needs none.
@@ -37,7 +42,25 @@ func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int, s
 	if shared.Logger == nil {
 		shared.Logger = actors.Discard
 	}
-	return &Pool{system: system, dispatcher: dispatcher, shared: &shared, keep: keep}
+	p := &Pool{system: system, shared: &shared, keep: keep}
+	p.props = actors.PropsWithMailbox(func() actor.Actor {
+		p.spawned = &leaseActor{system: system, pool: p}
+		return p.spawned
+	}, dispatcher, func(m *actors.Mailbox) { p.spawned.mailbox = m })
+	return p
+}
+
+// spawn starts a new actor. protoactor makes an actor, then its mailbox,
+// within Spawn: one Props serves every actor (an actor keeps its Props
+// for life), and the producers meet in p.spawned.
+func (p *Pool) spawn() Ref {
+	p.spawnMu.Lock()
+	defer p.spawnMu.Unlock()
+	pid := p.system.Root.Spawn(p.props)
+	a := p.spawned
+	p.spawned = nil
+	a.self = pid
+	return Ref{PID: pid, mailbox: a.mailbox}
 }
 
 // Ref is a lease actor: its PID, and its mailbox for a caller that waits
@@ -79,10 +102,7 @@ func (p *Pool) Start(cfg Config) (r Ref, st *State, run bool) {
 	p.mu.Unlock()
 	if r.PID == nil {
 		p.actors.Add(1)
-		a := &leaseActor{system: p.system, pool: p}
-		a.self = p.system.Root.Spawn(actors.PropsWithMailbox(func() actor.Actor { return a }, p.dispatcher,
-			func(m *actors.Mailbox) { a.mailbox = m }))
-		r = Ref{PID: a.self, mailbox: a.mailbox}
+		r = p.spawn()
 	}
 	return r, st, r.mailbox.Offer(&begin{cfg: cfg, state: st})
 }
