@@ -68,8 +68,13 @@ func (m *Mailbox) push(q *ring, msg any) (idle bool) {
 func (m *Mailbox) Offer(msg any) (run bool) { return m.push(&m.user, msg) }
 
 // Run handles the mailbox's messages on the calling goroutine, as a
-// dispatcher worker would; only after Offer reported true.
-func (m *Mailbox) Run() { m.process() }
+// dispatcher worker would, but at most runLimit of them: the rest go to a
+// dispatcher run, so that a busy actor does not take the caller's
+// goroutine over. Only after Offer reported true.
+func (m *Mailbox) Run() { m.handle(runLimit) }
+
+// runLimit bounds the messages Run handles.
+const runLimit = 8
 
 func (m *Mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	m.invoker, m.dispatcher = invoker, dispatcher
@@ -85,8 +90,13 @@ func (m *Mailbox) UserMessageCount() int {
 
 // process handles messages until both queues are empty (or only user
 // messages are left while suspended), yielding every Throughput messages.
-func (m *Mailbox) process() {
+func (m *Mailbox) process() { m.handle(-1) }
+
+// handle is process, handing the rest to a dispatcher run after limit
+// messages (< 0: no limit).
+func (m *Mailbox) handle(limit int) {
 	var msg any
+	handled := 0
 	defer func() {
 		if r := recover(); r != nil {
 			m.invoker.EscalateFailure(r, msg)
@@ -100,6 +110,11 @@ func (m *Mailbox) process() {
 		}
 		m.mu.Lock()
 		system := m.sys.n > 0
+		if handled == limit && (system || !m.suspended && m.user.n > 0) {
+			m.mu.Unlock()
+			m.dispatcher.Schedule(m.run) // still scheduled: a worker goes on
+			return
+		}
 		switch {
 		case system:
 			msg = m.sys.pop()
@@ -129,6 +144,7 @@ func (m *Mailbox) process() {
 			}
 		}
 		m.mu.Unlock()
+		handled++
 		if system {
 			m.invoker.InvokeSystemMessage(msg)
 		} else {

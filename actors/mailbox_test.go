@@ -151,6 +151,24 @@ func TestOfferAndBatch(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 
+	// Run handles at most runLimit messages, and schedules the rest.
+	rec.got = nil
+	if !m.Offer(0) {
+		t.Fatal("Offer on an idle mailbox: want the caller to run it")
+	}
+	for i := 1; i < runLimit+3; i++ {
+		m.Offer(i)
+	}
+	m.Run()
+	if got := len(rec.snapshot()); got != runLimit {
+		t.Fatalf("Run handled %d messages, want %d", got, runLimit)
+	}
+	d.next(t)
+	d.none(t)
+	if got := len(rec.snapshot()); got != runLimit+3 {
+		t.Fatalf("%d messages handled in all, want %d", got, runLimit+3)
+	}
+
 	const n = boxesPerRun + 3
 	recs := make([]*recorder, n)
 	boxes := make([]*Mailbox, n)
