@@ -18,7 +18,7 @@ import (
 //
 //	go test -run '^$' -bench AcquireRelease -benchmem ./engine/
 //
-// Where the 21 allocations of a cycle go (5 nodes, 128 workers, from
+// Where the 20 allocations of a cycle go (5 nodes, 128 workers, from
 // -memprofile -memprofilerate 1), and why each is there:
 //   - 5 in Acquire: the lock key, the owner value (random, so new each
 //     time), the Lease the caller keeps, and the reply channel (a buffered
@@ -37,7 +37,10 @@ import (
 //     slice), shared by every command of the batch.
 //
 // Votes (recycled), actor spawns (pooled), timers (an alarm and a deadline
-// timer per actor, made once) and mailbox schedules (actors.NewMailbox) allocate nothing.
+// timer per actor, made once), mailbox schedules (actors.NewMailbox) and
+// the dispatcher runs a batch's votes share (actors.Batch, recycled)
+// allocate nothing; a caller that runs its lease actor itself
+// (actors.Mailbox.Offer) neither.
 // Nor does telemetry with the default no-op providers (see telemetry.go);
 // the otel=sdk cases measure its cost with the SDK recording everything.
 // The call=Acquire cases measure an uncontended Acquire, whose caller takes
