@@ -4,15 +4,22 @@
 -- KEYS[1] the epoch key; ARGV[1] the epoch marker acquires require (the run
 -- id of this server process), or '' for none. Then, per command, its code
 -- in ARGV and its keys and arguments after those of the command before:
---   a  acquire          KEYS lock;        ARGV value, TTL, since
+--   a  acquire          KEYS lock;        ARGV value, TTL
+--   w  acquire, queueing KEYS lock;       ARGV value, TTL, since
 --   A  fenced acquire   KEYS lock, fence; ARGV value, TTL, since
 --   e  extend           KEYS lock;        ARGV value, TTL
---   r  release          KEYS lock;        ARGV value, announce, leave
---   s  release queueing a successor:      ARGV as r, then since, SHA1, TTL
+--   d  release          KEYS lock;        ARGV value
+--   r  release, announced                 ARGV value
+--   l  release, announced, leaving the queue: ARGV value
+--   s  release          KEYS lock;        ARGV value, announce, leave,
+--                                         then since, SHA1, TTL of a
+--                                         successor to queue (SHA1 '': none)
 --   q  queue            KEYS lock;        ARGV value, since, TTL
 --   f  fence            KEYS lock, fence; ARGV value, token
--- TTLs are in milliseconds; since is when a caller began to wait
--- (milliseconds), or '' for a caller that does not queue. Answers one
+-- The common commands (a, d, r, l) carry no argument they do not use: each
+-- costs the node its parsing. TTLs are in milliseconds; since is when a
+-- caller began to wait (milliseconds), or '' for a caller that does not
+-- queue; announce and leave are '1' or ''. Answers one
 -- reply per command, in order; a command that fails (a key of the wrong
 -- type, say) answers an error and the others still run.
 --
@@ -35,8 +42,8 @@
 -- extend resets the TTL (1) only if this owner holds the key; else 0.
 --
 -- release deletes the key (1) only if this owner holds it; otherwise it
--- leaves it (0). With announce ('1'), a deletion is announced on <lock
--- key>:released while the resource has a queue (it was contended lately),
+-- leaves it (0). Announced (r, l, s with announce), a deletion is
+-- announced on <lock key>:released while the resource has a queue (it was contended lately),
 -- as "<SHA1 of the value> <SHA1 of the next waiter, or nothing> <SHA1 of
 -- the waiter after it, or nothing>": the value as a refused acquire names
 -- the holder, the waiters as the queue orders them, so that the next one
@@ -44,8 +51,8 @@
 -- the others wait to be named. The waiter named leaves the queue: it goes
 -- at once, and a refusal puts it back in its place (by when it began to
 -- wait), but one that is gone (its engine died) is named once, not by
--- every release while the resource stays contended. With leave ('1') the
--- owner leaves the queue too; when it announces that while the key is
+-- every release while the resource stays contended. Leaving (l, s with
+-- leave), the owner leaves the queue too; when it announces that while the key is
 -- free (a release may have named it next), it names the next waiter in
 -- its stead, with no holder: " <next> <after it>". A successor (the next
 -- caller in the owner's engine's line) joins the queue first, as its
@@ -78,8 +85,11 @@ end
 -- arguments at ARGV[a].
 local function run(c, k, a)
   local lock, value = KEYS[k], ARGV[a]
-  if c == 'a' or c == 'A' then
-    local ttl, since = ARGV[a + 1], ARGV[a + 2]
+  if c == 'a' or c == 'w' or c == 'A' then
+    local ttl, since = ARGV[a + 1], ''
+    if c ~= 'a' then
+      since = ARGV[a + 2]
+    end
     if epochOK == nil then
       epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1]
     end
@@ -100,7 +110,7 @@ local function run(c, k, a)
       end
       redis.call('PEXPIRE', lock, ttl)
     end
-    if c == 'a' then
+    if c ~= 'A' then
       return 1
     end
     local now = redis.call('TIME')
@@ -115,16 +125,19 @@ local function run(c, k, a)
       return redis.call('PEXPIRE', lock, ARGV[a + 1])
     end
     return 0
-  elseif c == 'r' or c == 's' then
-    local announce, leave = ARGV[a + 1], ARGV[a + 2]
+  elseif c == 'd' or c == 'r' or c == 'l' or c == 's' then
+    local announce, leave = c == 'r' or c == 'l', c == 'l'
+    if c == 's' then
+      announce, leave = ARGV[a + 1] == '1', ARGV[a + 2] == '1'
+    end
     local queue = lock .. ':queue'
     local queued = redis.call('EXISTS', queue) == 1
     local me = nil
-    if leave == '1' and queued then
+    if leave and queued then
       me = redis.sha1hex(value)
       redis.call('ZREM', queue, me)
     end
-    if c == 's' and queued then
+    if c == 's' and queued and ARGV[a + 4] ~= '' then
       join(queue, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
     end
     local holder = redis.call('GET', lock)
@@ -132,7 +145,7 @@ local function run(c, k, a)
     if deleted then
       redis.call('DEL', lock)
     end
-    if announce == '1' and queued and (deleted or (me and not holder)) then
+    if announce and queued and (deleted or (me and not holder)) then
       local first = redis.call('ZRANGE', queue, 0, 1)
       local next, standby = first[1] or '~', first[2] or '~'
       if next == '~' then
@@ -178,7 +191,9 @@ local function step(c)
   else
     k = k + 1
   end
-  if c == 'e' or c == 'f' then
+  if c == 'd' or c == 'r' or c == 'l' then
+    a = a + 2
+  elseif c == 'a' or c == 'e' or c == 'f' then
     a = a + 3
   elseif c == 's' then
     a = a + 7

@@ -52,9 +52,10 @@ func (m *millis) format(d time.Duration) string {
 	return m.text
 }
 
-// codes are the batch script's command codes, by op.
+// codes are the batch script's command codes, by op; add gives the
+// commonest acquires and releases shorter ones (see batch.lua).
 var codes = [...]string{
-	opAcquire: "a", opAcquireFenced: "A", opExtend: "e", opRelease: "r", opQueue: "q", opFence: "f",
+	opAcquire: "a", opAcquireFenced: "A", opExtend: "e", opRelease: "s", opQueue: "q", opFence: "f",
 }
 
 // scriptArgs is a batch script call in the making; the sender goroutine
@@ -80,23 +81,32 @@ func (s *scriptArgs) build(c rueidis.Client, batch []entry, full bool, epochKey,
 // add appends e's code, keys and arguments (see batch.lua).
 func (s *scriptArgs) add(e *entry, ttl *millis) {
 	code := codes[e.op]
-	if e.op == opRelease && e.successor != "" {
-		code = "s"
+	switch {
+	case e.op == opAcquire && e.since != "":
+		code = "w"
+	case e.op == opRelease && e.successor == "" && e.announce && e.leave:
+		code = "l"
+	case e.op == opRelease && e.successor == "" && e.announce:
+		code = "r"
+	case e.op == opRelease && e.successor == "" && !e.leave:
+		code = "d"
 	}
 	s.keys = append(s.keys, e.req.Key)
 	s.args = append(s.args, code, e.req.Value)
 	switch e.op {
-	case opAcquire, opAcquireFenced:
-		if e.op == opAcquireFenced {
-			s.keys = append(s.keys, e.fenceKey)
+	case opAcquire:
+		s.args = append(s.args, ttl.format(e.ttl))
+		if e.since != "" {
+			s.args = append(s.args, e.since)
 		}
+	case opAcquireFenced:
+		s.keys = append(s.keys, e.fenceKey)
 		s.args = append(s.args, ttl.format(e.ttl), e.since)
 	case opExtend:
 		s.args = append(s.args, ttl.format(e.ttl))
 	case opRelease:
-		s.args = append(s.args, flag(e.announce), flag(e.leave))
-		if e.successor != "" {
-			s.args = append(s.args, e.since, e.successor, ttl.format(e.ttl))
+		if code == "s" {
+			s.args = append(s.args, flag(e.announce), flag(e.leave), e.since, e.successor, ttl.format(e.ttl))
 		}
 	case opQueue:
 		s.args = append(s.args, e.since, ttl.format(e.ttl))
