@@ -338,7 +338,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	e.live[st] = pid
 	e.mu.Unlock()
 	if t != nil {
-		t.started(st, ref)
+		t.started(st, pid)
 	}
 	if run {
 		ref.Run()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
+
 	"github.com/redlease/redlease/lease"
 	"github.com/redlease/redlease/node"
 )
@@ -98,7 +100,7 @@ type turn struct {
 	// of waiters (HandOff).
 	queued bool
 	st     *lease.State // the head's lease actor, once started
-	ref    lease.Ref
+	pid    *actor.PID
 	held   atomic.Bool // its lease is held
 	gone   bool
 }
@@ -165,32 +167,21 @@ func (t *turn) await(ctx context.Context, closing <-chan struct{}) error {
 // started tells the line which lease actor runs the head's rounds. A head
 // that was to wait for an announcement that already came (one that came
 // before it had an actor) is told at once what it said.
-func (t *turn) started(st *lease.State, ref lease.Ref) {
+func (t *turn) started(st *lease.State, pid *actor.PID) {
 	ls := t.ls
 	ls.mu.Lock()
-	t.st, t.ref = st, ref
-	var w *lease.Wake
+	defer ls.mu.Unlock()
+	t.st, t.pid = st, pid
 	if l := t.line; t.waitFirst && !l.releasing {
 		// What the last announcement said, for a head that came after it
 		// (a head still to hear one is woken by it, in released).
-		w = t.wake(lease.WakeRelease, "", l.next, "", -1)
+		ls.wake(t, lease.WakeRelease, "", l.next, "", -1)
 	}
-	ls.mu.Unlock()
-	t.send(w)
 }
 
-// wake is the Wake for the head t, made under ls.mu; send it with
-// Root.Send under ls.mu, or with t.send once ls.mu is let go.
-func (t *turn) wake(cause lease.WakeCause, holder, next, standby string, node int) *lease.Wake {
-	return &lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Standby: standby, Node: node}
-}
-
-// send gives w, if any, to t's actor, and runs the actor if it was idle:
-// a woken head's round starts at once, on the goroutine that heard why.
-func (t *turn) send(w *lease.Wake) {
-	if w != nil {
-		t.ref.Ask(w)
-	}
+// wake sends the head's actor a Wake, under ls.mu.
+func (ls *lines) wake(t *turn, cause lease.WakeCause, holder, next, standby string, node int) {
+	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Standby: standby, Node: node})
 }
 
 // Wait implements lease.Line: the head was refused by another owner. The
@@ -261,7 +252,7 @@ func (t *turn) Done(released bool) {
 		return
 	}
 	t.gone = true
-	if t.queued && t.st == nil {
+	if t.queued && t.pid == nil {
 		// A release queued it on the nodes, and it leaves before it had
 		// a lease actor to take itself out: nobody else would. Like a
 		// lease actor's leave, it is announced where the key is free (a
@@ -308,21 +299,14 @@ func (ls *lines) released(i int, channel, msg string) {
 	holder, next, _ := strings.Cut(msg, " ")
 	next, standby, _ := strings.Cut(next, " ")
 	ls.mu.Lock()
+	defer ls.mu.Unlock()
 	l := ls.byKey[strings.TrimSuffix(channel, node.ReleasedSuffix)]
 	if l == nil {
-		ls.mu.Unlock()
 		return
 	}
 	l.releasing, l.next, l.heard = false, next, holder
-	var head *turn
-	var w *lease.Wake
-	if len(l.turns) > 0 && l.turns[0].st != nil && !l.turns[0].held.Load() {
-		head = l.turns[0]
-		w = head.wake(lease.WakeRelease, holder, next, standby, i)
-	}
-	ls.mu.Unlock()
-	if head != nil {
-		head.send(w)
+	if len(l.turns) > 0 && l.turns[0].pid != nil && !l.turns[0].held.Load() {
+		ls.wake(l.turns[0], lease.WakeRelease, holder, next, standby, i)
 	}
 }
 
@@ -343,8 +327,8 @@ func (ls *lines) watched(i int, channel string, ok bool) {
 	if len(l.turns) == 0 {
 		return
 	}
-	if head := l.turns[0]; recheck && head.st != nil && !head.held.Load() {
-		ls.e.system.Root.Send(head.ref.PID, head.wake(lease.WakeRecheck, "", "", "", -1))
+	if head := l.turns[0]; recheck && head.pid != nil && !head.held.Load() {
+		ls.wake(head, lease.WakeRecheck, "", "", "", -1)
 	}
 }
 
