@@ -72,8 +72,8 @@ type Ref struct {
 
 // Ask posts msg to the actor and, when the actor was idle, handles it on
 // the calling goroutine (actors.Mailbox.Offer, at most a few messages):
-// for a caller that would only wait meanwhile (for the answer, or for the
-// next announcement), holding no lock the actor may take.
+// for a caller that waits for the answer next, holding no lock the actor
+// may take.
 func (r Ref) Ask(msg any) {
 	if r.mailbox.Offer(msg) {
 		r.mailbox.Run()
