@@ -27,7 +27,7 @@ func (a *leaseActor) planExtend(at time.Time) {
 		a.holdOver()
 		return
 	}
-	a.setAlarm(at)
+	a.setAlarmExact(at)
 }
 
 // holdEnds is when MaxHold has passed: no extension round starts after it.

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -243,12 +244,13 @@ type leaseActor struct {
 	// slice there would allocate its header every time.
 	votes    []node.Vote
 	votesBox *[]node.Vote
-	// alarm wakes the actor (a *wake) at perLease.alarmAt: the one timer
-	// of every lease it runs, made once.
-	alarm *time.Timer
-	// deadline ends the lease deadlineOf holds (nil: none is held) at
-	// its end, from the timer's goroutine (see armDeadline); made once.
-	deadline   *time.Timer
+	// timer is the actor's one timer, made once: it wakes the actor at
+	// the alarm and ends the lease deadlineOf holds (nil: none is held) at
+	// its end. See timer.go.
+	timer      *time.Timer
+	timerMu    sync.Mutex
+	armedAt    int64 // mono: when the timer fires; 0: not armed (timerMu)
+	alarmDue   int64 // mono: the alarm still to send; 0: none (timerMu)
 	deadlineOf atomic.Pointer[State]
 
 	perLease // the current lease's; zero (state nil) between leases
@@ -422,25 +424,6 @@ func (a *leaseActor) handle(msg any) {
 	}
 }
 
-// setAlarm wakes the actor at t, in place of any earlier setting.
-func (a *leaseActor) setAlarm(t time.Time) {
-	a.alarmAt = t
-	if a.alarm == nil {
-		// The closures of both timers keep only a: system and self are
-		// set before either timer is made, and never change.
-		a.alarm = time.AfterFunc(time.Until(t), func() { a.system.Root.Send(a.self, wakeUp) })
-		return
-	}
-	a.alarm.Reset(time.Until(t))
-}
-
-func (a *leaseActor) clearAlarm() {
-	if !a.alarmAt.IsZero() {
-		a.alarmAt = time.Time{}
-		a.alarm.Stop()
-	}
-}
-
 // onAlarm acts on the alarm if it is due: a wake of an earlier setting
 // (the timer fired as it was reset), or of a lease the actor ran before,
 // finds it not due, or not set, and does nothing.
@@ -475,6 +458,9 @@ func (a *leaseActor) stopped() {
 	if a.state != nil {
 		a.stopTimers()
 		a.done()
+	}
+	if a.timer != nil {
+		a.timer.Stop() // nothing is due: a firing would find nothing to do
 	}
 	if a.pool != nil {
 		a.pool.actors.Done()
@@ -1018,29 +1004,6 @@ func (a *leaseActor) tooSlow(elapsed time.Duration) bool {
 	return validity(a.cfg.TTL, elapsed, a.cfg.DriftFactor) <= EndMargin(a.cfg.TTL)
 }
 
-// armDeadline sets the timer of the lease's end, EndMargin before its
-// validity deadline so that a late timer still closes Done before Until.
-// The timer ends the lease itself, on its own goroutine, so Done closes on
-// time even when this actor's mailbox is backed up; it then tells the
-// actor, which emits the terminal event and cleans up.
-//
-// A firing that comes late for an earlier setting finds the lease held
-// now, if any, not yet due (expireIfDue checks), so one timer serves every
-// lease the actor runs.
-func (a *leaseActor) armDeadline() {
-	a.deadlineOf.Store(a.state)
-	d := time.Until(a.state.ends())
-	if a.deadline == nil {
-		a.deadline = time.AfterFunc(d, func() {
-			if st := a.deadlineOf.Load(); st != nil && st.expireIfDue(time.Now()) {
-				a.system.Root.Send(a.self, expired)
-			}
-		})
-		return
-	}
-	a.deadline.Reset(d)
-}
-
 // atDeadline is the error a held lease ends with if its deadline passes
 // now: a lease meant to go on is lost (failure says why); otherwise it
 // simply expired.
@@ -1211,13 +1174,6 @@ func (a *leaseActor) reply(r Result) {
 		if r.Err != nil && a.cfg.Line != nil {
 			a.cfg.Line.Done(false)
 		}
-	}
-}
-
-func (a *leaseActor) stopTimers() {
-	a.clearAlarm()
-	if a.deadlineOf.Swap(nil) != nil {
-		a.deadline.Stop()
 	}
 }
 
