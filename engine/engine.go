@@ -338,7 +338,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	e.live[st] = pid
 	e.mu.Unlock()
 	if t != nil {
-		t.started(st, pid)
+		t.started(st, ref)
 	}
 	if run {
 		ref.Run()

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
-
 	"github.com/redlease/redlease/lease"
 	"github.com/redlease/redlease/node"
 )
@@ -100,7 +98,7 @@ type turn struct {
 	// of waiters (HandOff).
 	queued bool
 	st     *lease.State // the head's lease actor, once started
-	pid    *actor.PID
+	ref    lease.Ref
 	held   atomic.Bool // its lease is held
 	gone   bool
 }
@@ -167,21 +165,31 @@ func (t *turn) await(ctx context.Context, closing <-chan struct{}) error {
 // started tells the line which lease actor runs the head's rounds. A head
 // that was to wait for an announcement that already came (one that came
 // before it had an actor) is told at once what it said.
-func (t *turn) started(st *lease.State, pid *actor.PID) {
+func (t *turn) started(st *lease.State, ref lease.Ref) {
 	ls := t.ls
 	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	t.st, t.pid = st, pid
+	t.st, t.ref = st, ref
+	var run lease.Ref
 	if l := t.line; t.waitFirst && !l.releasing {
 		// What the last announcement said, for a head that came after it
 		// (a head still to hear one is woken by it, in released).
-		ls.wake(t, lease.WakeRelease, "", l.next, "", -1)
+		run = ls.wake(t, lease.WakeRelease, "", l.next, "", -1)
 	}
+	ls.mu.Unlock()
+	run.Run()
 }
 
-// wake sends the head's actor a Wake, under ls.mu.
-func (ls *lines) wake(t *turn, cause lease.WakeCause, holder, next, standby string, node int) {
-	ls.e.system.Root.Send(t.pid, &lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Standby: standby, Node: node})
+// wake posts the head's actor a Wake, under ls.mu, so that Wakes reach
+// the actors in the order the announcements came. An actor that was idle
+// is returned, to be run once ls.mu is let go (Ref.Run, a no-op on the
+// zero Ref): on the goroutine that heard the announcement, rather than
+// handed to a dispatcher worker, since the head's next round is what the
+// other engines' waiters are waiting for.
+func (ls *lines) wake(t *turn, cause lease.WakeCause, holder, next, standby string, node int) lease.Ref {
+	if t.ref.Offer(&lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Standby: standby, Node: node}) {
+		return t.ref
+	}
+	return lease.Ref{}
 }
 
 // Wait implements lease.Line: the head was refused by another owner. The
@@ -252,7 +260,7 @@ func (t *turn) Done(released bool) {
 		return
 	}
 	t.gone = true
-	if t.queued && t.pid == nil {
+	if t.queued && t.ref.PID == nil {
 		// A release queued it on the nodes, and it leaves before it had
 		// a lease actor to take itself out: nobody else would. Like a
 		// lease actor's leave, it is announced where the key is free (a
@@ -298,6 +306,8 @@ func (ls *lines) forget(l *line) {
 func (ls *lines) released(i int, channel, msg string) {
 	holder, next, _ := strings.Cut(msg, " ")
 	next, standby, _ := strings.Cut(next, " ")
+	var run lease.Ref
+	defer func() { run.Run() }() // after ls.mu is let go
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l := ls.byKey[strings.TrimSuffix(channel, node.ReleasedSuffix)]
@@ -305,13 +315,15 @@ func (ls *lines) released(i int, channel, msg string) {
 		return
 	}
 	l.releasing, l.next, l.heard = false, next, holder
-	if len(l.turns) > 0 && l.turns[0].pid != nil && !l.turns[0].held.Load() {
-		ls.wake(l.turns[0], lease.WakeRelease, holder, next, standby, i)
+	if len(l.turns) > 0 && l.turns[0].ref.PID != nil && !l.turns[0].held.Load() {
+		run = ls.wake(l.turns[0], lease.WakeRelease, holder, next, standby, i)
 	}
 }
 
 // watched: node i listens on channel now (ok), or could not.
 func (ls *lines) watched(i int, channel string, ok bool) {
+	var run lease.Ref
+	defer func() { run.Run() }() // after ls.mu is let go
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l := ls.byKey[strings.TrimSuffix(channel, node.ReleasedSuffix)]
@@ -327,8 +339,8 @@ func (ls *lines) watched(i int, channel string, ok bool) {
 	if len(l.turns) == 0 {
 		return
 	}
-	if head := l.turns[0]; recheck && head.pid != nil && !head.held.Load() {
-		ls.wake(head, lease.WakeRecheck, "", "", "", -1)
+	if head := l.turns[0]; recheck && head.ref.PID != nil && !head.held.Load() {
+		run = ls.wake(head, lease.WakeRecheck, "", "", "", -1)
 	}
 }
 

@@ -80,8 +80,18 @@ func (r Ref) Ask(msg any) {
 	}
 }
 
-// Run runs the actor on the calling goroutine: see Start.
-func (r Ref) Run() { r.mailbox.Run() }
+// Run runs the actor on the calling goroutine: see Start and Offer. A
+// no-op on the zero Ref.
+func (r Ref) Run() {
+	if r.mailbox != nil {
+		r.mailbox.Run()
+	}
+}
+
+// Offer posts msg to the actor (actors.Mailbox.Offer); true: the actor was
+// idle, and the caller must call Run soon, holding no lock the actor may
+// take.
+func (r Ref) Offer(msg any) bool { return r.mailbox.Offer(msg) }
 
 // Start starts acquiring cfg's lease on an idle actor, or a new one, and
 // returns the actor and the lease's State; cfg.Shared is the pool's. Not
