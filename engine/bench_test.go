@@ -18,16 +18,17 @@ import (
 //
 //	go test -run '^$' -bench AcquireRelease -benchmem ./engine/
 //
-// Where the 20 allocations of a cycle go (5 nodes, 128 workers, from
+// Where the 19 allocations of a cycle go (5 nodes, 128 workers, from
 // -memprofile -memprofilerate 1), and why each is there:
 //   - 5 in Acquire: the lock key, the owner value (random, so new each
 //     time), the Lease the caller keeps, and the reply channel (a buffered
 //     channel is two: its header and its buffer).
 //   - 2 for context.AfterFunc, so that a cancelled ctx stops the retries.
-//   - 4 for the lease's State, its Done and Stopped channels, which the
-//     API hands to the holder, and the slice its events wait in until the
-//     holder first asks for its Events channel (which nobody does here:
-//     that would be two more).
+//   - 3 for the lease's State, its Stopped channel, which Acquire and
+//     Release wait on besides their replies, and the slice its events
+//     wait in until the holder first asks for its Events channel (which
+//     nobody does here: that would be two more). Its Done channel is made
+//     by the first call of Done, which nobody makes here either.
 //   - 1 for the message that hands the lease to a pooled lease actor (it
 //     carries the lease's Config).
 //   - 2 commands, one per round (acquire, release), each shared by the
@@ -36,8 +37,8 @@ import (
 //   - ~3 per batch in node and rueidis (the deadline context, the command
 //     slice), shared by every command of the batch.
 //
-// Votes (recycled), actor spawns (pooled), timers (an alarm and a deadline
-// timer per actor, made once), mailbox schedules (actors.NewMailbox) and
+// Votes (recycled), actor spawns (pooled), timers (one per actor, for its
+// alarm and its lease's deadline, made once and re-armed lazily), mailbox schedules (actors.NewMailbox) and
 // the dispatcher runs a batch's votes share (actors.Batch, recycled)
 // allocate nothing; a caller that runs its lease actor itself
 // (actors.Mailbox.Offer) neither.

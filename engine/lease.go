@@ -87,10 +87,8 @@ func (l *Lease) release(ctx context.Context) error {
 // Err).
 func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error) {
 	var zero T
-	select {
-	case <-l.state.Done():
+	if l.state.Ended() {
 		return zero, l.state.Err()
-	default:
 	}
 	l.ref.Ask(msg)
 	select {

@@ -63,8 +63,9 @@ type Config struct {
 	// refused waiter by it (node.Acquire.Since), and release
 	// announcements name the next waiter. Rounds carry it from the first
 	// refusal on, or from the first round with QueueAtOnce (the resource
-	// is known to be contended).
-	Since       time.Time
+	// is known to be contended). In Unix milliseconds, as the nodes take
+	// it; 0: none.
+	Since       int64
 	QueueAtOnce bool
 	// WaitFirst: begin by waiting, for a *Wake or at most
 	// NodeTimeout/YieldDivisor,
@@ -284,11 +285,11 @@ type perLease struct {
 	// The last release heard (its holder, and when), and the time from
 	// the one before it: about one hold and hand-off, lately.
 	lastHolder  string
-	lastRelease time.Time
+	lastRelease int64 // mono
 	releaseGap  time.Duration
 	// The caller next in line that the final release queues (HandOff).
 	successor      string
-	successorSince time.Time
+	successorSince int64  // Unix milliseconds
 	ownDigest      string // the value as announcements name it, made once
 	since          string // Config.Since as rounds carry it, once queued
 	waitingFor     string // waiting: the holder in the way ("": any)
@@ -304,8 +305,8 @@ type perLease struct {
 	// follows from the phase: the end of the round in flight (acquiring,
 	// fencing, extending), the next round (backingOff), the next automatic
 	// extension (held), the end of the wait for owed votes (failing,
-	// releasing, ended).
-	alarmAt time.Time
+	// releasing, ended). In mono (timer.go): 0 is not set.
+	alarmAt int64
 }
 
 func (a *leaseActor) Receive(ctx actor.Context) {
@@ -429,10 +430,10 @@ func (a *leaseActor) handle(msg any) {
 // finds it not due, or not set, and does nothing.
 func (a *leaseActor) onAlarm() {
 	due := a.alarmAt
-	if due.IsZero() || time.Now().Before(due) {
+	if due == 0 || mono(time.Now()) < due {
 		return
 	}
-	a.alarmAt = time.Time{}
+	a.alarmAt = 0
 	switch a.phase {
 	case acquiring, fencing:
 		a.roundFailed(errRoundTimeout)
@@ -445,7 +446,7 @@ func (a *leaseActor) onAlarm() {
 	case held:
 		a.startExtend()
 		if a.cfg.Owner != nil {
-			a.cfg.Owner.ExtendLate(a.start.Sub(due))
+			a.cfg.Owner.ExtendLate(time.Duration(mono(a.start) - due))
 		}
 	case failing, releasing, ended:
 		a.owed = 0 // waited long enough for the votes owed
@@ -587,7 +588,7 @@ func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 // next in line too (an interface rather than a closure: a release costs
 // no allocation for it).
 func (a *leaseActor) ReleaseQueueing(since time.Time, value string) {
-	a.successorSince, a.successor = since, value
+	a.successorSince, a.successor = since.UnixMilli(), value
 	a.send(a.handOffCmd, nil)
 }
 
@@ -595,7 +596,7 @@ func (a *leaseActor) ReleaseQueueing(since time.Time, value string) {
 func (a *leaseActor) handOffCmd(r node.Request) node.Command {
 	c := a.finalReleaseCmd(r).(*node.Release)
 	if a.successor != "" {
-		c.Successor, c.SuccessorSince = node.Digest(a.successor), strconv.FormatInt(a.successorSince.UnixMilli(), 10)
+		c.Successor, c.SuccessorSince = node.Digest(a.successor), strconv.FormatInt(a.successorSince, 10)
 	}
 	return c
 }
@@ -794,9 +795,9 @@ func (a *leaseActor) onWake(m *Wake) {
 	if m.Cause == WakeRelease && m.Holder != "" && m.Node >= 0 {
 		a.hear(m.Holder, m.Node)
 		if m.Holder != a.lastHolder { // not another node's word of the last
-			now := time.Now()
-			if !a.lastRelease.IsZero() {
-				a.releaseGap = now.Sub(a.lastRelease)
+			now := mono(time.Now())
+			if a.lastRelease != 0 {
+				a.releaseGap = time.Duration(now - a.lastRelease)
 			}
 			a.lastHolder, a.lastRelease = m.Holder, now
 		}
@@ -860,8 +861,8 @@ func (a *leaseActor) onWake(m *Wake) {
 // queue has the rounds from now on carry Since: refused, they put the
 // lease in the nodes' queues of waiters.
 func (a *leaseActor) queue() {
-	if a.since == "" && !a.cfg.Since.IsZero() {
-		a.since = strconv.FormatInt(a.cfg.Since.UnixMilli(), 10)
+	if a.since == "" && a.cfg.Since != 0 {
+		a.since = strconv.FormatInt(a.cfg.Since, 10)
 	}
 }
 
@@ -1037,7 +1038,7 @@ func (e lostError) Unwrap() []error { return []error{ErrLeaseLost, e.cause} }
 
 // onDeadline finishes a lease that its deadline timer ended.
 func (a *leaseActor) onDeadline() {
-	if !a.holding() || !a.state.hasEnded() {
+	if !a.holding() || !a.state.Ended() {
 		return
 	}
 	// No release: the lease ends EndMargin before Until, and its keys must

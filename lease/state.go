@@ -11,7 +11,10 @@ import (
 // timer's own goroutine (expireIfDue), under mu; its methods are safe for
 // concurrent use.
 type State struct {
-	done    chan struct{} // closed once, under mu, by whoever ends the lease: the actor or its deadline timer
+	// done is closed once, under mu, by whoever ends the lease: the actor
+	// or its deadline timer. It is made by the first Done call (under mu):
+	// most holders never ask for it, and a held lease keeps it.
+	done    chan struct{}
 	stopped chan struct{} // closed by the actor when it is done with the lease
 	// The event channel is made by the first Events call; until then the
 	// events are kept in early, as the channel would keep them: a lease
@@ -28,9 +31,9 @@ type State struct {
 	margin   time.Duration // the lease ends this long before until; written before the Result is sent
 
 	mu         sync.Mutex
-	onEnd      []func() // run once, when the lease ends
-	ended      bool
-	atDeadline error // what the lease ends with if its deadline passes
+	onEnd      []func()    // run once, when the lease ends
+	ended      atomic.Bool // set once, under mu, after err
+	atDeadline error       // what the lease ends with if its deadline passes
 }
 
 // earlyEvent is an Event before the channel was made, less what every
@@ -44,13 +47,30 @@ type earlyEvent struct {
 }
 
 func newState(resource string, events int) *State {
-	return &State{done: make(chan struct{}), stopped: make(chan struct{}), resource: resource, eventCap: max(events, 2)}
+	return &State{stopped: make(chan struct{}), resource: resource, eventCap: max(events, 2)}
 }
 
 // Done is closed when the lease ends, for any reason, exactly once: by the
 // lease actor, or by its deadline timer's goroutine when the deadline ends
 // the lease (so that a busy mailbox cannot delay it).
-func (s *State) Done() <-chan struct{} { return s.done }
+func (s *State) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		if s.ended.Load() {
+			return closed
+		}
+		s.done = make(chan struct{})
+	}
+	return s.done
+}
+
+// closed is the Done of a lease that ended before anyone asked for it.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Stopped is closed when the lease actor is done with the lease: it ended
 // or failed, and the votes it was owed are in. The actor then runs another
@@ -106,12 +126,10 @@ func (s *State) deliver(ev Event) bool {
 
 // Err is nil while the lease is held, and why it ended after Done closed.
 func (s *State) Err() error {
-	select {
-	case <-s.done:
+	if s.ended.Load() {
 		return s.err
-	default:
-		return nil
 	}
+	return nil
 }
 
 // Token is the lease's fencing token; 0 without fencing.
@@ -137,7 +155,7 @@ func (s *State) hold(start, t time.Time, margin time.Duration, atDeadline error)
 func (s *State) extendTo(t time.Time, atDeadline error) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ended {
+	if s.ended.Load() {
 		return false
 	}
 	s.until.Store(int64(t.Sub(s.start)))
@@ -158,7 +176,7 @@ func (s *State) setAtDeadline(err error) {
 // is.
 func (s *State) expireIfDue(now time.Time) bool {
 	s.mu.Lock()
-	if s.ended || now.Before(s.ends()) {
+	if s.ended.Load() || now.Before(s.ends()) {
 		s.mu.Unlock()
 		return false
 	}
@@ -168,7 +186,7 @@ func (s *State) expireIfDue(now time.Time) bool {
 // finish ends the lease with err; false if it had already ended.
 func (s *State) finish(err error) bool {
 	s.mu.Lock()
-	if s.ended {
+	if s.ended.Load() {
 		s.mu.Unlock()
 		return false
 	}
@@ -178,9 +196,11 @@ func (s *State) finish(err error) bool {
 // endLocked records err, closes done, unlocks and runs the AfterEnd
 // functions.
 func (s *State) endLocked(err error) bool {
-	s.ended = true
 	s.err = err
-	close(s.done)
+	s.ended.Store(true)
+	if s.done != nil {
+		close(s.done)
+	}
 	fs := s.onEnd
 	s.onEnd = nil
 	s.mu.Unlock()
@@ -190,22 +210,15 @@ func (s *State) endLocked(err error) bool {
 	return true
 }
 
-// hasEnded reports whether the lease ended (perhaps by its deadline timer,
-// before the actor heard of it).
-func (s *State) hasEnded() bool {
-	select {
-	case <-s.done:
-		return true
-	default:
-		return false
-	}
-}
+// Ended reports whether the lease ended (perhaps by its deadline timer,
+// before the actor heard of it): Done is closed, or would be.
+func (s *State) Ended() bool { return s.ended.Load() }
 
 // AfterEnd runs f once the lease has ended (at once if it has). f runs on
 // whichever goroutine ends the lease and must not block.
 func (s *State) AfterEnd(f func()) {
 	s.mu.Lock()
-	if !s.ended {
+	if !s.ended.Load() {
 		s.onEnd = append(s.onEnd, f)
 		s.mu.Unlock()
 		return

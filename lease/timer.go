@@ -21,9 +21,9 @@ func mono(t time.Time) int64 { return int64(t.Sub(clock0)) }
 
 // setAlarm wakes the actor (a *wake) at t, in place of any earlier setting.
 func (a *leaseActor) setAlarm(t time.Time) {
-	a.alarmAt = t
+	a.alarmAt = mono(t)
 	a.timerMu.Lock()
-	a.alarmDue = mono(t)
+	a.alarmDue = a.alarmAt
 	a.armLocked(a.alarmDue)
 	a.timerMu.Unlock()
 }
@@ -33,9 +33,9 @@ func (a *leaseActor) setAlarm(t time.Time) {
 // the timer for what is due first rather than let it fire for nothing,
 // which would cost more than the reset, once per extension.
 func (a *leaseActor) setAlarmExact(t time.Time) {
-	a.alarmAt = t
+	a.alarmAt = mono(t)
 	a.timerMu.Lock()
-	a.alarmDue = mono(t)
+	a.alarmDue = a.alarmAt
 	a.armedAt = 0
 	a.rearmLocked()
 	a.timerMu.Unlock()
@@ -43,10 +43,10 @@ func (a *leaseActor) setAlarmExact(t time.Time) {
 
 // clearAlarm drops the alarm; the timer may still fire, to find nothing.
 func (a *leaseActor) clearAlarm() {
-	if a.alarmAt.IsZero() {
+	if a.alarmAt == 0 {
 		return
 	}
-	a.alarmAt = time.Time{}
+	a.alarmAt = 0
 	a.timerMu.Lock()
 	a.alarmDue = 0
 	a.timerMu.Unlock()
@@ -92,7 +92,7 @@ func (a *leaseActor) armLocked(at int64) {
 // of a lease not yet ended, if any.
 func (a *leaseActor) rearmLocked() {
 	next := a.alarmDue
-	if st := a.deadlineOf.Load(); st != nil && !st.hasEnded() {
+	if st := a.deadlineOf.Load(); st != nil && !st.Ended() {
 		if d := mono(st.ends()); next == 0 || d < next {
 			next = d
 		}
