@@ -232,7 +232,6 @@ func (a *leaseActor) holding() bool { return a.phase == held || a.phase == exten
 // leaseActor runs one lease at a time; a Pool gives it the next once it
 // is done with one.
 type leaseActor struct {
-	system  *actor.ActorSystem
 	self    *actor.PID
 	mailbox *actors.Mailbox
 	pool    *Pool // takes the actor back when it is done with a lease
@@ -527,13 +526,13 @@ func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
 	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: time.Now()})
 	if to == nil {
 		for _, pid := range a.cfg.Nodes {
-			a.system.Root.Send(pid, c)
+			a.pool.system.Root.Send(pid, c)
 		}
 		a.owed += len(a.cfg.Nodes)
 		return
 	}
 	for _, i := range to {
-		a.system.Root.Send(a.cfg.Nodes[i], c)
+		a.pool.system.Root.Send(a.cfg.Nodes[i], c)
 	}
 	a.owed += len(to)
 }

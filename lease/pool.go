@@ -44,7 +44,7 @@ func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int, s
 	}
 	p := &Pool{system: system, shared: &shared, keep: keep}
 	p.props = actors.PropsWithMailbox(func() actor.Actor {
-		p.spawned = &leaseActor{system: system, pool: p}
+		p.spawned = &leaseActor{pool: p}
 		return p.spawned
 	}, dispatcher, func(m *actors.Mailbox) { p.spawned.mailbox = m })
 	return p

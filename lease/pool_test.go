@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/redlease/redlease/node"
 )
@@ -95,5 +96,15 @@ func waitClosed(t *testing.T, c <-chan struct{}, what string) {
 	case <-c:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// A held lease keeps its actor, so the actor's size is most of a held
+// lease's heap. Go puts an 8-byte header before a heap object over 512
+// bytes that has pointers, and rounds up to a size class: at most 632
+// bytes take the 640-byte class, 8 more take the 704-byte one.
+func TestLeaseActorFitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(leaseActor{}); n > 632 {
+		t.Fatalf("leaseActor is %d bytes: over 632, each held lease costs a 704-byte allocation instead of 640", n)
 	}
 }

@@ -80,7 +80,7 @@ func (a *leaseActor) armLocked(at int64) {
 	a.armedAt = at
 	d := time.Duration(at - mono(time.Now()))
 	if a.timer == nil {
-		// The closure keeps only a: system and self are set before the
+		// The closure keeps only a: its pool and self are set before the
 		// timer is made, and never change.
 		a.timer = time.AfterFunc(d, a.fire)
 		return
@@ -107,7 +107,7 @@ func (a *leaseActor) rearmLocked() {
 func (a *leaseActor) fire() {
 	now := time.Now()
 	if st := a.deadlineOf.Load(); st != nil && st.expireIfDue(now) {
-		a.system.Root.Send(a.self, expired)
+		a.pool.system.Root.Send(a.self, expired)
 	}
 	n := mono(now)
 	a.timerMu.Lock()
@@ -119,6 +119,6 @@ func (a *leaseActor) fire() {
 	a.rearmLocked()
 	a.timerMu.Unlock()
 	if alarm {
-		a.system.Root.Send(a.self, wakeUp)
+		a.pool.system.Root.Send(a.self, wakeUp)
 	}
 }
