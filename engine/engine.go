@@ -75,7 +75,7 @@ func New(cfg Config) (*Engine, error) {
 	for i, addr := range cfg.Nodes {
 		n := node.Spawn(e.system, node.Config{
 			Index: i, Addr: addr, Conn: conns[i],
-			Timeout: cfg.NodeTimeout, Logger: cfg.Logger, Dispatcher: e.dispatch,
+			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
 			First: infos[i], UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
 		})

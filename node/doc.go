@@ -4,9 +4,10 @@
 // exactly one Vote, by the command's deadline.
 //
 // Batching is self-clocked: while one batch is on the wire, commands queue in
-// the actor; when the batch returns, everything that queued goes out in one
-// DoMulti, which rueidis writes with one syscall. Under load the batches grow
-// and the cost per command falls; when idle, a command goes out at once.
+// the actor's mailbox; when the batch returns, everything that queued goes
+// out in one DoMulti, which rueidis writes with one syscall. Under load the
+// batches grow and the cost per command falls; when idle, a command goes out
+// at once.
 //
 // Commands take effect on a node in the order they reached its actor, so a
 // lease's release never overtakes its acquire:
@@ -24,8 +25,11 @@
 // releases the release script announces (waiting callers wake on them).
 //
 // A release that got no answer is sent again, first, once the node answers,
-// while its key may live. Receive never waits on Redis: batches and probes
-// run on the node's sender goroutine and report back with a message.
+// while its key may live. Receive never waits on Redis. The node's one
+// sender goroutine runs the actor's mailbox between the batches and probes
+// it puts on the wire, which report back with a message: a command goes
+// from the lease actor to this goroutine, not through a dispatcher worker
+// first.
 //
 // It is the engine's machinery: its exported names serve the other
 // packages of this module and carry no compatibility promise. Users

@@ -29,8 +29,6 @@ type Config struct {
 	Conn    *Conn         // the node's connection; the actor closes it
 	Timeout time.Duration // per command, from its Request.Sent (or reaching the actor) to the answer
 	Logger  *slog.Logger
-	// Dispatcher runs the actor's mailbox; nil for protoactor's default.
-	Dispatcher actor.Dispatcher
 
 	// Health and restart quarantine (see health.go).
 	EpochKey       string        // key of the epoch marker: the run id of the process that kept its data
@@ -65,7 +63,7 @@ type Stats struct {
 	Batches         uint64    // DoMulti calls: round trips
 	Restarts        uint64    // times the node was seen to have lost its data
 	OnWire          int64     // commands in the batch on the wire now
-	Queued          int64     // commands waiting for it
+	Queued          int64     // commands waiting for it (in the mailbox too, while a batch is on the wire)
 	Down            bool      // failing fast: the last batches and probes failed
 	Evicting        bool      // refusing acquires: the node may evict lock keys (ErrEvicting)
 	QuarantineUntil time.Time // acquires refused before it; zero: never quarantined
@@ -85,7 +83,7 @@ func (n *Node) Stats() Stats {
 	c := &n.actor.stats
 	s := Stats{
 		Commands: c.commands.Load(), Batches: c.batches.Load(), Restarts: c.restarts.Load(),
-		OnWire: c.onWire.Load(), Queued: c.queued.Load(), Down: c.down.Load(), Evicting: c.evicting.Load(),
+		OnWire: c.onWire.Load(), Queued: c.queued.Load() + int64(n.actor.mailbox.UserMessageCount()), Down: c.down.Load(), Evicting: c.evicting.Load(),
 	}
 	if q := c.quarantineUntil.Load(); q != 0 {
 		s.QuarantineUntil = time.Unix(0, q)
@@ -106,11 +104,13 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 		system: system,
 		conn:   cfg.Conn,
 		work:   make(chan job, 1),
+		runs:   make(chan func(), 1),
 		idle:   make(chan struct{}),
 	}
 	a.start(cfg.First)
-	pid := system.Root.Spawn(actors.Props(func() actor.Actor { return a }, cfg.Dispatcher))
 	go a.sender()
+	pid := system.Root.Spawn(actors.PropsWithMailbox(func() actor.Actor { return a }, senderDispatcher{a},
+		func(m *actors.Mailbox) { a.mailbox = m }))
 	return &Node{PID: pid, system: system, actor: a}
 }
 
@@ -178,10 +178,12 @@ type nodeActor struct {
 	stats  counters
 	health health
 
-	ttl      millis        // the sender goroutine's: TTLs as the scripts take them
-	script   scriptArgs    // the sender goroutine's: the batch script call it builds
-	out      actors.Batch  // the sender goroutine's: the votes of the batch it answers
-	work     chan job      // to the sender goroutine; holds at most the one job in flight
+	ttl      millis       // the sender goroutine's: TTLs as the scripts take them
+	script   scriptArgs   // the sender goroutine's: the batch script call it builds
+	out      actors.Batch // the sender goroutine's: the votes of the batch it answers
+	work     chan job     // to the sender goroutine; holds at most the one job in flight
+	runs     chan func()  // the mailbox's runs, to the sender goroutine (senderDispatcher)
+	mailbox  *actors.Mailbox
 	idle     chan struct{} // closed when the sender goroutine returned
 	stopOnce sync.Once
 	timer    *time.Timer // next health probe
@@ -329,7 +331,7 @@ func (a *nodeActor) flush() {
 	}
 	a.busy = true
 	a.stats.onWire.Store(int64(len(batch)))
-	a.work <- j // never blocks: the sender is idle while not busy
+	a.work <- j // never blocks: the sender takes it next, not busy before
 }
 
 // settle answers e unsent and reports whether it stays queued: a release
@@ -341,19 +343,48 @@ func (a *nodeActor) settle(e *entry, o Outcome, now time.Time, err error) bool {
 	return e.op == opRelease
 }
 
-// sender is the node's long-lived goroutine that puts jobs on the wire,
-// off the mailbox. (A goroutine per batch would grow a fresh stack through
-// rueidis every time.)
+// sender is the node's long-lived goroutine: it runs the actor's mailbox
+// and puts the jobs the actor makes on the wire. (A goroutine per batch
+// would grow a fresh stack through rueidis every time.) While a job is on
+// the wire, what comes for the actor waits in its mailbox, as it would
+// wait in its queue: the next batch takes it all once the job is back.
+// A command reaches the wire one goroutine hand-off after it was sent,
+// not two (a dispatcher worker, then this goroutine).
 func (a *nodeActor) sender() {
 	defer close(a.idle)
-	for j := range a.work {
-		if j.probe {
-			a.probe(j)
-		} else {
-			a.run(j)
+	for {
+		select {
+		case j, ok := <-a.work:
+			if !ok {
+				return
+			}
+			if j.probe {
+				a.probe(j)
+			} else {
+				a.run(j)
+			}
+		case run := <-a.runs:
+			run()
 		}
 	}
 }
+
+// senderDispatcher runs the node actor's mailbox on its sender goroutine.
+type senderDispatcher struct{ a *nodeActor }
+
+// Schedule hands the mailbox's run to the sender goroutine. The mailbox
+// schedules one run at a time, so the channel has room; after the sender
+// returned (Stop), a late run gets a goroutine of its own.
+func (d senderDispatcher) Schedule(run func()) {
+	select {
+	case d.a.runs <- run:
+	default:
+		go run()
+	}
+}
+
+// Throughput is how many messages a mailbox run handles before yielding.
+func (senderDispatcher) Throughput() int { return 300 }
 
 // run sends one batch, answers every entry of it and reports back with
 // *sent.
