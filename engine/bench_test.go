@@ -24,11 +24,12 @@ import (
 //     time), the Lease the caller keeps, and the reply channel (a buffered
 //     channel is two: its header and its buffer).
 //   - 2 for context.AfterFunc, so that a cancelled ctx stops the retries.
-//   - 3 for the lease's State, its Stopped channel, which Acquire and
-//     Release wait on besides their replies, and the slice its events
-//     wait in until the holder first asks for its Events channel (which
-//     nobody does here: that would be two more). Its Done channel is made
-//     by the first call of Done, which nobody makes here either.
+//   - 3 for the lease's State, its Stopped channel, which Release waits
+//     on besides its reply (made by that first call: a held lease has
+//     none until then), and the slice its events wait in until the holder
+//     first asks for its Events channel (which nobody does here: that
+//     would be two more). Its Done channel is made by the first call of
+//     Done, which nobody makes here either.
 //   - 1 for the message that hands the lease to a pooled lease actor (it
 //     carries the lease's Config).
 //   - 2 commands, one per round (acquire, release), each shared by the

@@ -347,7 +347,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	stop := context.AfterFunc(ctx, func() {
 		e.system.Root.Send(pid, &lease.Cancel{State: st, Cause: contextError(ctx)})
 	})
-	r := awaitResult(reply, st)
+	r := awaitResult(reply)
 	stop()
 	if r.Err != nil {
 		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
@@ -358,21 +358,11 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	return &Lease{e: e, ref: ref, state: st, resource: resource, value: cfg.Value}, r, nil
 }
 
-// awaitResult waits for the lease actor's one answer; the actor always
-// answers before it stops, and Stopped guards against it dying first.
-func awaitResult(reply <-chan lease.Result, st *lease.State) lease.Result {
-	select {
-	case r := <-reply:
-		return r
-	case <-st.Stopped():
-		select {
-		case r := <-reply:
-			return r
-		default:
-			return lease.Result{Err: errors.New("redlease: lease actor stopped without an answer")}
-		}
-	}
-}
+// awaitResult waits for the lease actor's one answer: the actor answers
+// before it is done with the lease, however that comes about (a crash or
+// a stop included), so the reply is all there is to wait for. (Waiting on
+// Stopped as well would make that channel for every lease.)
+func awaitResult(reply <-chan lease.Result) lease.Result { return <-reply }
 
 // contextError is ctx's error, joined with its cause when that differs, so
 // both errors.Is(err, context.Canceled) and the cause match.

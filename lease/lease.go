@@ -1144,10 +1144,13 @@ func (a *leaseActor) maybeDone(ctx actor.Context) {
 // idle.
 func (a *leaseActor) done() {
 	st, owner := a.state, a.cfg.Owner
+	// A stop while acquiring (the actor crashed, or was stopped) still
+	// answers: the caller waits for nothing else.
+	a.reply(Result{Err: errStoppedUnanswered, Attempts: a.attempts})
 	if a.cfg.Line != nil {
 		a.cfg.Line.Done(false) // a crash or a stop may have skipped it
 	}
-	close(st.stopped)
+	st.stop()
 	a.perLease = perLease{}
 	if owner != nil {
 		owner.Done(st)
@@ -1166,8 +1169,12 @@ func (a *leaseActor) answerFailure() {
 	}
 }
 
+// errStoppedUnanswered answers an acquire whose actor stopped before it
+// decided.
+var errStoppedUnanswered = errors.New("redlease: lease actor stopped without an answer")
+
 func (a *leaseActor) reply(r Result) {
-	if !a.replied {
+	if !a.replied && a.cfg.Reply != nil {
 		a.replied = true
 		a.cfg.Reply <- r
 		a.cfg.Reply = nil // the caller has it: a held lease keeps no channel for it

@@ -108,3 +108,19 @@ func TestLeaseActorFitsItsSizeClass(t *testing.T) {
 		t.Fatalf("leaseActor is %d bytes: over 632, each held lease costs a 704-byte allocation instead of 640", n)
 	}
 }
+
+// An actor stopped while it acquires still answers the acquirer, who waits
+// on the reply alone; and is done with the lease.
+func TestStoppedActorStillAnswers(t *testing.T) {
+	f := newFakeNodes(t, 5)
+	pool := NewPool(f.system, nil, 1, f.shared())
+	reply := make(chan Result, 1)
+	pid, st := start(pool, Config{Resource: "r", Key: "k", Value: "v",
+		TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, Reply: reply})
+	round[*node.Acquire](t, f) // the round is out, no vote will come
+	f.system.Root.Stop(pid)
+	if res := result(t, reply); !errors.Is(res.Err, errStoppedUnanswered) {
+		t.Fatalf("acquire of a stopped actor: %v, want errStoppedUnanswered", res.Err)
+	}
+	waitClosed(t, st.Stopped(), "the stopped actor done with the lease")
+}

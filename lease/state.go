@@ -12,10 +12,11 @@ import (
 // concurrent use.
 type State struct {
 	// done is closed once, under mu, by whoever ends the lease: the actor
-	// or its deadline timer. It is made by the first Done call (under mu):
-	// most holders never ask for it, and a held lease keeps it.
-	done    chan struct{}
-	stopped chan struct{} // closed by the actor when it is done with the lease
+	// or its deadline timer; stopped by the actor when it is done with the
+	// lease. Each is made by the first call that asks for it (Done,
+	// Stopped; under mu): a held lease keeps them, and most are never
+	// asked for while it is held.
+	done, stopped chan struct{}
 	// The event channel is made by the first Events call; until then the
 	// events are kept in early, as the channel would keep them: a lease
 	// whose holder never reads them costs a small slice, not a channel
@@ -33,6 +34,7 @@ type State struct {
 	mu         sync.Mutex
 	onEnd      []func()    // run once, when the lease ends
 	ended      atomic.Bool // set once, under mu, after err
+	isStopped  bool        // the actor is done with the lease
 	atDeadline error       // what the lease ends with if its deadline passes
 }
 
@@ -47,7 +49,7 @@ type earlyEvent struct {
 }
 
 func newState(resource string, events int) *State {
-	return &State{stopped: make(chan struct{}), resource: resource, eventCap: max(events, 2)}
+	return &State{resource: resource, eventCap: max(events, 2)}
 }
 
 // Done is closed when the lease ends, for any reason, exactly once: by the
@@ -76,7 +78,27 @@ var closed = func() chan struct{} {
 // or failed, and the votes it was owed are in. The actor then runs another
 // lease or stops; a call about this one is answered with its Err, or not
 // at all.
-func (s *State) Stopped() <-chan struct{} { return s.stopped }
+func (s *State) Stopped() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped == nil {
+		if s.isStopped {
+			return closed
+		}
+		s.stopped = make(chan struct{})
+	}
+	return s.stopped
+}
+
+// stop closes Stopped: the actor is done with the lease.
+func (s *State) stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.isStopped = true
+	if s.stopped != nil {
+		close(s.stopped)
+	}
+}
 
 // Events is the lease's event channel, closed after the terminal event.
 // The first call makes it, with the events so far in it.
