@@ -347,7 +347,11 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	stop := context.AfterFunc(ctx, func() {
 		e.system.Root.Send(pid, &lease.Cancel{State: st, Cause: contextError(ctx)})
 	})
-	r := awaitResult(reply)
+	// The actor answers before it is done with the lease, however that
+	// comes about (a crash or a stop included): the reply is all there
+	// is to wait for. (Waiting on Stopped too would make that channel for
+	// every lease.)
+	r := <-reply
 	stop()
 	if r.Err != nil {
 		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
@@ -357,12 +361,6 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	return &Lease{e: e, ref: ref, state: st, resource: resource, value: cfg.Value}, r, nil
 }
-
-// awaitResult waits for the lease actor's one answer: the actor answers
-// before it is done with the lease, however that comes about (a crash or
-// a stop included), so the reply is all there is to wait for. (Waiting on
-// Stopped as well would make that channel for every lease.)
-func awaitResult(reply <-chan lease.Result) lease.Result { return <-reply }
 
 // contextError is ctx's error, joined with its cause when that differs, so
 // both errors.Is(err, context.Canceled) and the cause match.

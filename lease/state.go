@@ -14,8 +14,8 @@ type State struct {
 	// done is closed once, under mu, by whoever ends the lease: the actor
 	// or its deadline timer; stopped by the actor when it is done with the
 	// lease. Each is made by the first call that asks for it (Done,
-	// Stopped; under mu): a held lease keeps them, and most are never
-	// asked for while it is held.
+	// Stopped; under mu), not with the State: a held lease would keep it,
+	// and most holders never ask.
 	done, stopped chan struct{}
 	// The event channel is made by the first Events call; until then the
 	// events are kept in early, as the channel would keep them: a lease
@@ -60,15 +60,15 @@ func (s *State) Done() <-chan struct{} {
 	defer s.mu.Unlock()
 	if s.done == nil {
 		if s.ended.Load() {
-			return closed
+			return closedCh
 		}
 		s.done = make(chan struct{})
 	}
 	return s.done
 }
 
-// closed is the Done of a lease that ended before anyone asked for it.
-var closed = func() chan struct{} {
+// closedCh is Done or Stopped when asked for only after the fact.
+var closedCh = func() chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
@@ -83,7 +83,7 @@ func (s *State) Stopped() <-chan struct{} {
 	defer s.mu.Unlock()
 	if s.stopped == nil {
 		if s.isStopped {
-			return closed
+			return closedCh
 		}
 		s.stopped = make(chan struct{})
 	}
