@@ -39,10 +39,10 @@ import (
 //     slice), shared by every command of the batch.
 //
 // Votes (recycled), actor spawns (pooled), timers (one per actor, for its
-// alarm and its lease's deadline, made once and re-armed lazily), mailbox schedules (actors.NewMailbox) and
-// the dispatcher runs a batch's votes share (actors.Batch, recycled)
-// allocate nothing; a caller that runs its lease actor itself
-// (actors.Mailbox.Offer) neither.
+// alarm and its lease's deadline, made once and re-armed lazily), mailbox
+// schedules (actors.NewMailbox) and the dispatcher runs a batch's votes
+// share (actors.Batch, recycled) allocate nothing; a caller that runs its
+// lease actor itself (actors.Mailbox.Offer) neither.
 // Nor does telemetry with the default no-op providers (see telemetry.go);
 // the otel=sdk cases measure its cost with the SDK recording everything.
 // The call=Acquire cases measure an uncontended Acquire, whose caller takes

@@ -83,7 +83,8 @@ func (n *Node) Stats() Stats {
 	c := &n.actor.stats
 	s := Stats{
 		Commands: c.commands.Load(), Batches: c.batches.Load(), Restarts: c.restarts.Load(),
-		OnWire: c.onWire.Load(), Queued: c.queued.Load() + int64(n.actor.mailbox.UserMessageCount()), Down: c.down.Load(), Evicting: c.evicting.Load(),
+		OnWire: c.onWire.Load(), Queued: c.queued.Load() + int64(n.actor.mailbox.UserMessageCount()),
+		Down: c.down.Load(), Evicting: c.evicting.Load(),
 	}
 	if q := c.quarantineUntil.Load(); q != 0 {
 		s.QuarantineUntil = time.Unix(0, q)
