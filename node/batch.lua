@@ -57,7 +57,8 @@
 -- its stead, with no holder: " <next> <after it>". A successor (the next
 -- caller in the owner's engine's line) joins the queue first, as its
 -- refused acquire would, so that the announcement can name it. An
--- uncontended release costs one EXISTS more. PUBLISH goes through pcall,
+-- uncontended announced release costs one EXISTS more; a silent one (d)
+-- none. PUBLISH goes through pcall,
 -- since a server may deny it (an ACL without channels): the release
 -- stands.
 --
@@ -130,8 +131,12 @@ local function run(c, k, a)
     if c == 's' then
       announce, leave = ARGV[a + 1] == '1', ARGV[a + 2] == '1'
     end
-    local queue = lock .. ':queue'
-    local queued = redis.call('EXISTS', queue) == 1
+    -- Only a release that announces, leaves or queues a successor looks
+    -- at the queue: a silent one (d, a failed round's cleanup) need not.
+    local queue, queued = lock .. ':queue', false
+    if announce or leave or c == 's' then
+      queued = redis.call('EXISTS', queue) == 1
+    end
     local me = nil
     if leave and queued then
       me = redis.sha1hex(value)
