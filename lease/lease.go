@@ -508,7 +508,8 @@ func (a *leaseActor) releaseAll() { a.send(a.finalReleaseCmd, nil) }
 // cleanUp deletes a failed acquire round's keys on every node, as
 // releaseAll does: a grant may be on its way from any of them; announce:
 // announce the deletions. The lease keeps its place in the queues of
-// waiters: it may go on acquiring (giveUp leaves them).
+// waiters, and takes it back where it lost it (releaseCmd): it may go on
+// acquiring (giveUp leaves them).
 func (a *leaseActor) cleanUp(announce bool) {
 	if announce {
 		a.send(a.announcedReleaseCmd, nil)
@@ -571,12 +572,23 @@ func (a *leaseActor) extendCmd(r node.Request) node.Command {
 	return &node.Extend{Request: r, TTL: a.cfg.TTL}
 }
 
+// releaseCmd is a failed round's cleanup (cleanUp). A lease that queues
+// puts itself back in the queue of waiters (as the Successor, at its own
+// since): a node that granted it, or named it next, took it out, and the
+// lease goes on waiting; without its place there, that node would name a
+// later waiter next.
 func (a *leaseActor) releaseCmd(r node.Request) node.Command {
-	return &node.Release{Request: r, TTL: a.cfg.TTL}
+	c := &node.Release{Request: r, TTL: a.cfg.TTL}
+	if a.since != "" {
+		c.Successor, c.SuccessorSince = a.digest(), a.since
+	}
+	return c
 }
 
 func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
-	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true}
+	c := a.releaseCmd(r).(*node.Release)
+	c.Announce = true
+	return c
 }
 
 func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {

@@ -512,3 +512,32 @@ func TestQuarantineEnd(t *testing.T) {
 		}
 	}
 }
+
+// A failed round's cleanup puts a lease that queues back in the queues of
+// waiters, at its own since: a node that granted it took it out, and the
+// lease goes on waiting.
+func TestCleanupKeepsThePlaceInTheQueue(t *testing.T) {
+	f := newFakeNodes(t, 3)
+	reply, _ := spawn(f, Config{TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 2,
+		BackOff: backoff.NewConstantBackOff(time.Hour), QueueAtOnce: true, Since: 123})
+	r, to := round[*node.Acquire](t, f)
+	f.vote(to, 0, r, node.Granted)
+	f.vote(to, 1, r, node.Taken)
+	f.vote(to, 2, r, node.Taken)
+	for range 3 {
+		got := f.next(t)
+		rel, ok := got.cmd.(*node.Release)
+		if !ok {
+			t.Fatalf("node %d got %T, want the cleanup *node.Release", got.node, got.cmd)
+		}
+		if rel.Successor != node.Digest("v") || rel.SuccessorSince != "123" {
+			t.Fatalf("node %d: cleanup queues %q since %q, want the lease itself (%q) since 123",
+				got.node, rel.Successor, rel.SuccessorSince, node.Digest("v"))
+		}
+	}
+	select {
+	case res := <-reply:
+		t.Fatalf("answered %+v while backing off", res)
+	default:
+	}
+}

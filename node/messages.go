@@ -94,7 +94,8 @@ type Release struct {
 	// milliseconds): the release puts it in the queue of waiters, as its
 	// refused Acquire would, before naming the next waiter, so that it is
 	// named in its turn without a command of its own. Only while the key
-	// has a queue.
+	// has a queue. A failed acquire round's cleanup names its own lease
+	// here, to take back its place where a grant or a naming took it out.
 	Successor, SuccessorSince string
 }
 
