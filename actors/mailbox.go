@@ -67,6 +67,10 @@ func (m *Mailbox) push(q *ring, msg any) (idle bool) {
 // goroutine hand-off less per call.
 func (m *Mailbox) Offer(msg any) (run bool) { return m.push(&m.user, msg) }
 
+// Schedule has a dispatcher worker run the mailbox: after Offer reported
+// true, for a caller that will not wait for the actor.
+func (m *Mailbox) Schedule() { m.dispatcher.Schedule(m.run) }
+
 // Run handles the mailbox's messages on the calling goroutine, as a
 // dispatcher worker would, but at most runLimit of them: the rest go to a
 // dispatcher run, so that a busy actor does not take the caller's

@@ -40,7 +40,7 @@ type Engine struct {
 	closed  atomic.Bool
 	closing chan struct{} // closed with closed: callers waiting in a line give up
 	mu      sync.Mutex
-	live    map[*lease.State]*actor.PID // lease actors not yet stopped
+	live    map[*lease.State]lease.Ref // leases not yet done
 	nextSub uint64
 }
 
@@ -62,7 +62,7 @@ func New(cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, system: cfg.ActorSystem, live: make(map[*lease.State]*actor.PID), dispatch: actors.NewDispatcher(),
+	e := &Engine{cfg: cfg, system: cfg.ActorSystem, live: make(map[*lease.State]lease.Ref), dispatch: actors.NewDispatcher(),
 		closing: make(chan struct{})}
 	if e.system == nil {
 		e.system = actors.NewSystem(cfg.Logger)
@@ -334,8 +334,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	// Started under the lock so Close sees every lease, and before its
 	// owner's Done can run.
 	ref, st, run := e.leases.Start(cfg)
-	pid := ref.PID
-	e.live[st] = pid
+	e.live[st] = ref
 	e.mu.Unlock()
 	if t != nil {
 		t.started(st, ref)
@@ -345,7 +344,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 
 	stop := context.AfterFunc(ctx, func() {
-		e.system.Root.Send(pid, &lease.Cancel{State: st, Cause: contextError(ctx)})
+		ref.Post(&lease.Cancel{State: st, Cause: contextError(ctx)})
 	})
 	// The actor answers before it is done with the lease, however that
 	// comes about (a crash or a stop included): the reply is all there
@@ -448,14 +447,14 @@ func (e *Engine) Close() error {
 	}
 	e.closed.Store(true)
 	close(e.closing)
-	live := make(map[*lease.State]*actor.PID, len(e.live))
-	for st, pid := range e.live {
-		live[st] = pid
+	live := make(map[*lease.State]lease.Ref, len(e.live))
+	for st, ref := range e.live {
+		live[st] = ref
 	}
 	e.mu.Unlock()
 
-	for st, pid := range live {
-		e.system.Root.Send(pid, &lease.Close{State: st, Err: errClosedLease, Abort: ErrClosed})
+	for st, ref := range live {
+		ref.Post(&lease.Close{State: st, Err: errClosedLease, Abort: ErrClosed})
 	}
 	for st := range live {
 		<-st.Stopped()

@@ -260,7 +260,7 @@ func (t *turn) Done(released bool) {
 		return
 	}
 	t.gone = true
-	if t.queued && t.ref.PID == nil {
+	if t.queued && !t.ref.Started() {
 		// A release queued it on the nodes, and it leaves before it had
 		// a lease actor to take itself out: nobody else would. Like a
 		// lease actor's leave, it is announced where the key is free (a
@@ -315,7 +315,7 @@ func (ls *lines) released(i int, channel, msg string) {
 		return
 	}
 	l.releasing, l.next, l.heard = false, next, holder
-	if len(l.turns) > 0 && l.turns[0].ref.PID != nil && !l.turns[0].held.Load() {
+	if len(l.turns) > 0 && l.turns[0].ref.Started() && !l.turns[0].held.Load() {
 		run = ls.wake(l.turns[0], lease.WakeRelease, holder, next, standby, i)
 	}
 }
@@ -339,7 +339,7 @@ func (ls *lines) watched(i int, channel string, ok bool) {
 	if len(l.turns) == 0 {
 		return
 	}
-	if head := l.turns[0]; recheck && head.ref.PID != nil && !head.held.Load() {
+	if head := l.turns[0]; recheck && head.ref.Started() && !head.held.Load() {
 		run = ls.wake(head, lease.WakeRecheck, "", "", "", -1)
 	}
 }

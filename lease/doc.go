@@ -32,7 +32,11 @@
 //     loses the lease at once. No extension round, automatic or by Extend,
 //     starts later than MaxHold after the lease was acquired (Extend then
 //     fails with ErrMaxHold); the lease expires at its deadline. Release
-//     ends it with ErrReleased.
+//     ends it with ErrReleased. Between its rounds a held lease parks:
+//     its actor goes back to the Pool, and the lease keeps only its body
+//     (its state and its timer, about 360 B). The next message for it
+//     (its alarm, its deadline, a call) binds it an idle actor again, so
+//     a lease is still run by one actor at a time, not always the same.
 //  5. After the end (or the final failure) the actor waits for the votes it
 //     is still owed, bounded by the node timeout, then is done with the
 //     lease: its Pool takes it back to run a later lease (what arrives late

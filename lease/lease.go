@@ -229,28 +229,73 @@ const (
 // holding reports whether the lease is held (extending included).
 func (a *leaseActor) holding() bool { return a.phase == held || a.phase == extending }
 
-// leaseActor runs one lease at a time; a Pool gives it the next once it
-// is done with one.
+// leaseActor runs one lease at a time, the lease its body holds; a Pool
+// gives it the next once it is done with one. A held lease between
+// rounds needs no actor: it parks (maybePark), giving its actor back to
+// the pool, and the next message for it (its alarm, a call) binds it
+// another (body.bindLocked). An idle actor costs the pool ~1 KB; a
+// parked lease keeps only its body.
 type leaseActor struct {
 	self    *actor.PID
 	mailbox *actors.Mailbox
 	pool    *Pool // takes the actor back when it is done with a lease
 	// round numbers the commands sent to all nodes, across every lease the
-	// actor runs, so that a late vote never matches a later lease's round.
-	round uint64
+	// actor runs, so that a late vote never matches a later lease's round;
+	// first is the first round of the body it runs now: older votes are
+	// another's, or stale.
+	round, first uint64
 	// votes are the current round's, by node; nil while a lease is held
 	// between rounds (dropVotes), and taken again by the next round.
 	// votesBox holds them in the pool, made once with them: putting a
 	// slice there would allocate its header every time.
 	votes    []node.Vote
 	votesBox *[]node.Vote
-	// timer is the actor's one timer, made once: it wakes the actor at
-	// the alarm and ends the lease deadlineOf holds (nil: none is held) at
+	tally    tally // of the current round
+	owed     int   // votes not yet received: the body stays bound meanwhile
+
+	bound // zero while idle
+	*body // the lease it runs; nil while idle
+}
+
+// bound is the part of a lease's state that only an actor running it
+// needs: while it acquires, and while a round or a release is out. A
+// parked lease has none of it (it is held, between rounds), so it lives
+// in the actor, and is zeroed when the actor lets go of the body.
+type bound struct {
+	attempts int     // acquire rounds
+	charged  int     // of them, those that count against Config.Attempts
+	heard    []heard // releases announced while acquiring
+	// The last release heard (its holder, and when), and the time from
+	// the one before it: about one hold and hand-off, lately.
+	lastHolder  string
+	lastRelease int64 // mono
+	releaseGap  time.Duration
+	// The caller next in line that the final release queues (HandOff).
+	successor      string
+	successorSince int64  // Unix milliseconds
+	waitingFor     string // waiting: the holder in the way ("": any)
+	cause          error  // why acquiring failed
+	failedVotes    []node.Vote
+	release        chan<- ReleaseResult  // releasing: the Release to answer
+	waiters        []chan<- ExtendResult // manual Extend calls on the round in flight
+}
+
+// body is a lease as it outlives the actors that run it: its state, and
+// the timer that wakes it. Bodies are reused, as actors are (Pool).
+// A parked lease (a held lease between rounds) keeps its body alone, so
+// it must stay small: see TestBodyFitsItsSizeClass.
+type body struct {
+	pool *Pool
+	// mu guards the binding (actor, live) and the timer's fields.
+	mu    sync.Mutex
+	actor *leaseActor // the actor running the lease; nil: parked (or done)
+	live  bool        // a lease is on the body: from Pool.Start to done
+	// timer is the body's one timer, made once: it wakes the lease at the
+	// alarm and ends the lease deadlineOf holds (nil: none is held) at
 	// its end. See timer.go.
 	timer      *time.Timer
-	timerMu    sync.Mutex
-	armedAt    int64 // mono: when the timer fires; 0: not armed (timerMu)
-	alarmDue   int64 // mono: the alarm still to send; 0: none (timerMu)
+	armedAt    int64 // mono: when the timer fires; 0: not armed (mu)
+	alarmDue   int64 // mono: the alarm still to send; 0: none (mu)
 	deadlineOf atomic.Pointer[State]
 
 	perLease // the current lease's; zero (state nil) between leases
@@ -274,31 +319,11 @@ type perLease struct {
 	replied     bool
 	extendsOver bool // MaxHold passed: the lease is meant to expire
 
-	firstRound uint64    // the lease's first round: older votes are stale
-	start      time.Time // start of the current acquire or extend round
-	tally      tally     // of the current acquire or extend round
-	owed       int       // votes not yet received
-	attempts   int       // acquire rounds
-	charged    int       // of them, those that count against Config.Attempts
-	heard      []heard   // releases announced while acquiring
-	// The last release heard (its holder, and when), and the time from
-	// the one before it: about one hold and hand-off, lately.
-	lastHolder  string
-	lastRelease int64 // mono
-	releaseGap  time.Duration
-	// The caller next in line that the final release queues (HandOff).
-	successor      string
-	successorSince int64  // Unix milliseconds
-	ownDigest      string // the value as announcements name it, made once
-	since          string // Config.Since as rounds carry it, once queued
-	waitingFor     string // waiting: the holder in the way ("": any)
-	cause          error  // why acquiring failed
-	failedVotes    []node.Vote
-	release        chan<- ReleaseResult // releasing: the Release to answer
-
-	acquired time.Time             // start of the winning acquire round
-	waiters  []chan<- ExtendResult // manual Extend calls on the round in flight
-	token    uint64                // fencing token of the won round
+	start     time.Time // start of the current acquire or extend round
+	ownDigest string    // the value as announcements name it, made once
+	since     string    // Config.Since as rounds carry it, once queued
+	acquired  time.Time // start of the winning acquire round
+	token     uint64    // fencing token of the won round
 
 	// alarmAt is when the alarm is due (zero: not set); what it means
 	// follows from the phase: the end of the round in flight (acquiring,
@@ -317,6 +342,9 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	case *actor.Stopped:
 		a.stopped()
 		return
+	case *body: // bound to a lease: its begin, or a call, follows
+		a.body, a.first = m, a.round+1
+		return
 	case *begin:
 		a.begin(m)
 	default:
@@ -327,13 +355,15 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.onDeadline() // the deadline timer may have ended the lease
 		a.handle(msg)
 	}
-	a.maybeDone(ctx)
+	if !a.maybeDone(ctx) {
+		a.maybePark(ctx)
+	}
 }
 
 // begin starts a lease: the actor is idle (a new one, or one the pool
 // gave back).
 func (a *leaseActor) begin(m *begin) {
-	a.perLease = perLease{cfg: m.cfg, state: m.state, firstRound: a.round + 1,
+	a.perLease = perLease{cfg: m.cfg, state: m.state,
 		debug: m.cfg.Logger.Enabled(context.Background(), slog.LevelDebug),
 		info:  m.cfg.Logger.Enabled(context.Background(), slog.LevelInfo)}
 	if a.cfg.QueueAtOnce || a.cfg.Queued {
@@ -355,12 +385,12 @@ func (a *leaseActor) begin(m *begin) {
 // current reports whether msg is about the lease the actor runs now, and
 // not a late reply, timer or call about an earlier one.
 func (a *leaseActor) current(msg any) bool {
-	if a.state == nil {
+	if a.body == nil || a.state == nil {
 		return false
 	}
 	switch m := msg.(type) {
 	case *node.Vote:
-		return m.Round >= a.firstRound
+		return m.Round >= a.first
 	case *Release:
 		return m.State == a.state
 	case *Extend:
@@ -455,12 +485,9 @@ func (a *leaseActor) onAlarm() {
 // stopped: the actor stops (a crash, or the pool closing). A lease it was
 // still running is done with.
 func (a *leaseActor) stopped() {
-	if a.state != nil {
+	if a.body != nil && a.state != nil {
 		a.stopTimers()
-		a.done()
-	}
-	if a.timer != nil {
-		a.timer.Stop() // nothing is due: a firing would find nothing to do
+		a.done(nil)
 	}
 	if a.pool != nil {
 		a.pool.actors.Done()
@@ -1133,39 +1160,73 @@ func (a *leaseActor) startLinger() {
 }
 
 // maybeDone answers, and is done with the lease, once it ended or failed
-// and the actor owes nothing: it goes back to the pool, or stops.
-func (a *leaseActor) maybeDone(ctx actor.Context) {
+// and the actor owes nothing: the actor goes back to the pool, or stops.
+// It reports whether it was done.
+func (a *leaseActor) maybeDone(ctx actor.Context) bool {
 	if a.owed > 0 || (a.phase != failing && a.phase != releasing && a.phase != ended) {
-		return
+		return false
 	}
 	a.answerFailure()
 	if a.phase == releasing {
 		a.answerRelease(true)
 	}
 	a.stopTimers()
-	// Back in the pool first: once Stopped is closed, the next lease may
-	// look for an idle actor. Its begin waits in the mailbox meanwhile.
-	reuse := a.pool != nil && a.pool.put(Ref{PID: a.self, mailbox: a.mailbox})
-	a.done()
-	if !reuse {
-		ctx.Stop(a.self)
+	a.done(ctx)
+	return true
+}
+
+// maybePark parks a held lease that has nothing to do until its alarm:
+// the body unbinds, and the actor goes back to the pool (or stops). A
+// message posted meanwhile keeps it bound. Nothing of the actor is
+// touched once it is in the pool: another lease may take it at once.
+func (a *leaseActor) maybePark(ctx actor.Context) {
+	if a.body == nil || a.phase != held || a.owed > 0 || a.pool == nil {
+		return
+	}
+	b := a.body
+	b.mu.Lock()
+	if a.mailbox.UserMessageCount() > 0 {
+		b.mu.Unlock()
+		return
+	}
+	b.actor = nil
+	b.mu.Unlock()
+	a.dropVotes()
+	a.bound, a.body = bound{}, nil
+	if self := a.self; !a.pool.put(a) {
+		ctx.Stop(self)
 	}
 }
 
-// done closes the lease's Stopped, tells the owner and leaves the actor
-// idle.
-func (a *leaseActor) done() {
-	st, owner := a.state, a.cfg.Owner
+// done closes the lease's Stopped, tells the owner, and leaves the actor
+// idle: back in the pool (its body too), or stopped; with a nil ctx (the
+// actor is stopping) the actor is left as it is.
+func (a *leaseActor) done(ctx actor.Context) {
+	b, st, owner := a.body, a.state, a.cfg.Owner
 	// A stop while acquiring (the actor crashed, or was stopped) still
 	// answers: the caller waits for nothing else.
 	a.reply(Result{Err: errStoppedUnanswered, Attempts: a.attempts})
 	if a.cfg.Line != nil {
 		a.cfg.Line.Done(false) // a crash or a stop may have skipped it
 	}
-	st.stop()
+	b.mu.Lock()
+	b.live, b.actor = false, nil // calls about the lease are answered stale from now on
+	b.mu.Unlock()
 	a.perLease = perLease{}
+	a.bound, a.body = bound{}, nil
+	// Back in the pool before Stopped is closed: the next lease may then
+	// look for an idle actor. Its begin waits in the mailbox meanwhile.
+	self, reuse := a.self, false
+	if a.pool != nil {
+		a.pool.putBody(b)
+		reuse = ctx != nil && a.pool.put(a)
+	}
+	st.stop()
 	if owner != nil {
 		owner.Done(st)
+	}
+	if ctx != nil && !reuse {
+		ctx.Stop(self)
 	}
 }
 
@@ -1199,7 +1260,7 @@ func (a *leaseActor) reply(r Result) {
 // crash ends whatever the actor was doing with an error instead of letting
 // protoactor restart it with empty state.
 func (a *leaseActor) crash(ctx actor.Context, reason any) {
-	if a.state == nil { // idle: no lease to end
+	if a.body == nil || a.state == nil { // idle: no lease to end
 		ctx.Stop(a.self)
 		return
 	}

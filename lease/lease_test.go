@@ -103,12 +103,22 @@ func spawn(f *fakeNodes, cfg Config) (chan Result, *State) {
 }
 
 // start starts cfg's lease on pool, as the engine does.
-func start(pool *Pool, cfg Config) (*actor.PID, *State) {
+func start(pool *Pool, cfg Config) (Ref, *State) {
 	r, st, run := pool.Start(cfg)
 	if run {
 		r.Run()
 	}
-	return r.PID, st
+	return r, st
+}
+
+// pid is the actor running r's lease now (nil: parked, or done).
+func (r Ref) pid() *actor.PID {
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	if r.b.actor == nil {
+		return nil
+	}
+	return r.b.actor.self
 }
 
 func result(t *testing.T, c chan Result) Result {
@@ -152,7 +162,9 @@ func TestQuorumDecidesEarly(t *testing.T) {
 // counts its own.
 func TestHeldLeaseVotesBetweenRounds(t *testing.T) {
 	f := newFakeNodes(t, 5)
-	reply, st := spawn(f, Config{TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, MaxHold: time.Minute})
+	reply := make(chan Result, 1)
+	ref, st := start(NewPool(f.system, nil, 0, f.shared()), Config{Resource: "r", Key: "k", Value: "v", Reply: reply,
+		TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, MaxHold: time.Minute})
 	r, to := round[*node.Acquire](t, f)
 	for _, n := range []int{0, 1, 2} {
 		f.vote(to, n, r, node.Granted)
@@ -163,11 +175,12 @@ func TestHeldLeaseVotesBetweenRounds(t *testing.T) {
 	f.vote(to, 3, r, node.Granted) // late, after the lease let go of its votes
 	f.vote(to, 4, r, node.Taken)
 	ext := make(chan ExtendResult, 1)
-	f.system.Root.Send(to, &Extend{State: st, Reply: ext})
-	r2, _ := round[*node.Extend](t, f)
-	if r2 <= r {
-		t.Fatalf("extend round %d after acquire round %d", r2, r)
+	ref.Post(&Extend{State: st, Reply: ext}) // on another actor, if the lease parked
+	r2, to2 := round[*node.Extend](t, f)
+	if to2 == to && r2 <= r {
+		t.Fatalf("extend round %d after acquire round %d, on one actor", r2, r)
 	}
+	to = to2
 	for _, n := range []int{4, 3} {
 		f.vote(to, n, r2, node.Granted)
 	}

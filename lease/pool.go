@@ -12,7 +12,9 @@ import (
 // with one (up to a bound) to run the next: spawning and stopping an actor
 // cost more than a lease's own messages. An actor runs one lease at a
 // time; the round numbers of its votes and the tags of its timers keep
-// what arrives late about one lease out of the next.
+// what arrives late about one lease out of the next. The pool keeps
+// the leases' bodies too, so that a lease allocates neither, and gives
+// its actors to parked leases that wake.
 type Pool struct {
 	system *actor.ActorSystem
 	shared *Shared      // every lease's Config.Shared
@@ -29,15 +31,17 @@ type Pool struct {
 	votes sync.Pool
 
 	mu     sync.Mutex
-	idle   []Ref
+	idle   []*leaseActor
+	bodies []*body
 	closed bool
 	actors sync.WaitGroup // every actor spawned, until it stopped
 }
 
 // NewPool returns a pool whose actors run on dispatcher (nil:
-// protoactor's default) and which keeps at most keep idle actors; with
-// keep 0 every actor stops after its lease. Its leases share shared (a
-// nil Logger: none); the pool keeps a copy.
+// protoactor's default) and which keeps at most keep idle actors (and
+// as many bodies); with keep 0 every actor stops once it is done with a
+// lease or parks it. Its leases share shared (a nil Logger: none); the
+// pool keeps a copy.
 func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int, shared Shared) *Pool {
 	if shared.Logger == nil {
 		shared.Logger = actors.Discard
@@ -53,49 +57,135 @@ func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int, s
 // spawn starts a new actor. protoactor makes an actor, then its mailbox,
 // within Spawn: one Props serves every actor (an actor keeps its Props
 // for life), and the producers meet in p.spawned.
-func (p *Pool) spawn() Ref {
+func (p *Pool) spawn() *leaseActor {
+	p.actors.Add(1)
 	p.spawnMu.Lock()
 	defer p.spawnMu.Unlock()
 	pid := p.system.Root.Spawn(p.props)
 	a := p.spawned
 	p.spawned = nil
 	a.self = pid
-	return Ref{PID: pid, mailbox: a.mailbox}
+	return a
 }
 
-// Ref is a lease actor: its PID, and its mailbox for a caller that waits
-// for the actor's answer (Ask).
-type Ref struct {
-	PID     *actor.PID
-	mailbox *actors.Mailbox
+// take returns an idle actor, or a new one.
+func (p *Pool) take() *leaseActor {
+	p.mu.Lock()
+	var a *leaseActor
+	if n := len(p.idle); n > 0 {
+		a = p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+	}
+	p.mu.Unlock()
+	if a == nil {
+		a = p.spawn()
+	}
+	return a
 }
 
-// Ask posts msg to the actor and, when the actor was idle, handles it on
-// the calling goroutine (actors.Mailbox.Offer, at most a few messages):
-// for a caller that waits for the answer next, holding no lock the actor
-// may take.
+// put takes back an actor that is done with its lease, or parked it;
+// false when the pool is full or closed: the actor stops.
+func (p *Pool) put(a *leaseActor) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle) >= p.keep {
+		return false
+	}
+	p.idle = append(p.idle, a)
+	return true
+}
+
+// putBody takes back the body of a lease that is done.
+func (p *Pool) putBody(b *body) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.bodies) < p.keep {
+		p.bodies = append(p.bodies, b)
+	}
+}
+
+// Ref is a lease, for its engine to send its actor calls: whichever
+// actor runs it, or one bound to it for the call when it is parked. A
+// call about a lease that is done is answered as stale (answerStale).
+type Ref struct{ b *body }
+
+// Started reports whether r is a lease's (not the zero Ref).
+func (r Ref) Started() bool { return r.b != nil }
+
+// Ask posts msg to the lease's actor and, when the actor was idle,
+// handles it on the calling goroutine (actors.Mailbox.Offer, at most a
+// few messages): for a caller that waits for the answer next, holding
+// no lock the actor may take.
 func (r Ref) Ask(msg any) {
-	if r.mailbox.Offer(msg) {
-		r.mailbox.Run()
+	if r.Offer(msg) {
+		r.Run()
 	}
 }
 
-// Run runs the actor on the calling goroutine: see Start and Offer. A
-// no-op on the zero Ref.
+// Post posts msg to the lease's actor, which a dispatcher worker runs.
+func (r Ref) Post(msg any) { r.b.post(msg) }
+
+// Run runs the lease's actor on the calling goroutine: see Start and
+// Offer. A no-op on the zero Ref.
 func (r Ref) Run() {
-	if r.mailbox != nil {
-		r.mailbox.Run()
+	if r.b == nil {
+		return
+	}
+	r.b.mu.Lock()
+	a := r.b.actor // bound until it runs: only a running actor parks
+	r.b.mu.Unlock()
+	a.mailbox.Run()
+}
+
+// Offer posts msg to the lease's actor (actors.Mailbox.Offer); true: the
+// actor was idle, and the caller must call Run soon, holding no lock the
+// actor may take.
+func (r Ref) Offer(msg any) bool { return r.b.offer(msg) != nil }
+
+// offer posts msg to the lease's actor, binding one to a parked lease,
+// and returns the actor's mailbox when the actor was idle: whoever
+// offered must see that it runs. A call about a lease that is done is
+// answered at once.
+func (b *body) offer(msg any) *actors.Mailbox {
+	b.mu.Lock()
+	if !b.live {
+		b.mu.Unlock()
+		answerStale(msg)
+		return nil
+	}
+	a, idle := b.bindLocked()
+	idle = a.mailbox.Offer(msg) || idle
+	b.mu.Unlock()
+	if idle {
+		return a.mailbox
+	}
+	return nil
+}
+
+// post is offer, with the actor run by a dispatcher worker.
+func (b *body) post(msg any) {
+	if m := b.offer(msg); m != nil {
+		m.Schedule()
 	}
 }
 
-// Offer posts msg to the actor (actors.Mailbox.Offer); true: the actor was
-// idle, and the caller must call Run soon, holding no lock the actor may
-// take.
-func (r Ref) Offer(msg any) bool { return r.mailbox.Offer(msg) }
+// bindLocked returns the actor running the lease, binding one from the
+// pool when the lease is parked: the body itself is the actor's first
+// message (see Receive), so that only the actor's goroutine writes its
+// fields. idle: the actor's mailbox was idle, and must be run. b.mu is
+// held.
+func (b *body) bindLocked() (a *leaseActor, idle bool) {
+	if b.actor == nil {
+		b.actor = b.pool.take()
+		idle = b.actor.mailbox.Offer(b)
+	}
+	return b.actor, idle
+}
 
 // Start starts acquiring cfg's lease on an idle actor, or a new one, and
-// returns the actor and the lease's State; cfg.Shared is the pool's. Not
-// after Close.
+// returns the lease and its State; cfg.Shared is the pool's. Not after
+// Close.
 //
 // When run is true, the lease begins once the caller calls r.Run, which
 // it must do at once, holding no lock the lease may take (its owner's
@@ -105,29 +195,22 @@ func (p *Pool) Start(cfg Config) (r Ref, st *State, run bool) {
 	cfg.Shared = p.shared
 	st = newState(cfg.Resource, cfg.EventBuffer)
 	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		r = p.idle[n-1]
-		p.idle[n-1] = Ref{}
-		p.idle = p.idle[:n-1]
+	var b *body
+	if n := len(p.bodies); n > 0 {
+		b = p.bodies[n-1]
+		p.bodies[n-1] = nil
+		p.bodies = p.bodies[:n-1]
 	}
 	p.mu.Unlock()
-	if r.PID == nil {
-		p.actors.Add(1)
-		r = p.spawn()
+	if b == nil {
+		b = &body{pool: p}
 	}
-	return r, st, r.mailbox.Offer(&begin{cfg: cfg, state: st})
-}
-
-// put takes back an actor that is done with its lease; false when the
-// pool is full or closed: the actor stops.
-func (p *Pool) put(r Ref) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || len(p.idle) >= p.keep {
-		return false
-	}
-	p.idle = append(p.idle, r)
-	return true
+	b.mu.Lock()
+	b.live = true
+	a, run := b.bindLocked()
+	run = a.mailbox.Offer(&begin{cfg: cfg, state: st}) || run
+	b.mu.Unlock()
+	return Ref{b}, st, run
 }
 
 // Close stops the idle actors and waits until every actor has stopped:
@@ -136,10 +219,10 @@ func (p *Pool) Close() {
 	p.mu.Lock()
 	p.closed = true
 	idle := p.idle
-	p.idle = nil
+	p.idle, p.bodies = nil, nil
 	p.mu.Unlock()
-	for _, r := range idle {
-		p.system.Root.Stop(r.PID)
+	for _, a := range idle {
+		p.system.Root.Stop(a.self)
 	}
 	p.actors.Wait()
 }

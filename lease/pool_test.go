@@ -22,7 +22,7 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 
 	// Lease A: held, released, every vote in.
 	replyA := make(chan Result, 1)
-	pidA, stA := start(pool, cfg(replyA))
+	refA, stA := start(pool, cfg(replyA))
 	rA, to := round[*node.Acquire](t, f)
 	for n := range 5 {
 		f.vote(to, n, rA, node.Granted)
@@ -31,8 +31,8 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 		t.Fatalf("A: %v", res.Err)
 	}
 	released := make(chan ReleaseResult, 1)
-	f.system.Root.Send(pidA, &Release{State: stA, Reply: released})
-	rAr, _ := round[*node.Release](t, f)
+	refA.Post(&Release{State: stA, Reply: released})
+	rAr, pidA := round[*node.Release](t, f)
 	for n := range 5 {
 		f.vote(to, n, rAr, node.Granted)
 	}
@@ -41,11 +41,11 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 
 	// Lease B gets A's actor.
 	replyB := make(chan Result, 1)
-	pidB, stB := start(pool, cfg(replyB))
+	_, stB := start(pool, cfg(replyB))
+	rB, pidB := round[*node.Acquire](t, f)
 	if pidB != pidA {
 		t.Fatalf("B runs on %v, not on A's idle actor %v", pidB, pidA)
 	}
-	rB, _ := round[*node.Acquire](t, f)
 	if rB <= rAr {
 		t.Fatalf("B's round %d does not follow A's last %d", rB, rAr)
 	}
@@ -54,11 +54,11 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 		f.vote(to, n, rAr, node.Granted)
 	}
 	extended := make(chan ExtendResult, 1)
-	f.system.Root.Send(pidA, &Extend{State: stA, Reply: extended})
+	refA.Post(&Extend{State: stA, Reply: extended})
 	if r := <-extended; !errors.Is(r.Err, ErrReleased) {
 		t.Fatalf("Extend on A while B runs: %v, want A's ErrReleased", r.Err)
 	}
-	f.system.Root.Send(pidA, &Release{State: stA, Reply: released})
+	refA.Post(&Release{State: stA, Reply: released})
 	if r := <-released; !errors.Is(r.Err, ErrReleased) {
 		t.Fatalf("Release on A while B runs: %v, want A's ErrReleased", r.Err)
 	}
@@ -99,13 +99,95 @@ func waitClosed(t *testing.T, c <-chan struct{}, what string) {
 	}
 }
 
-// A held lease keeps its actor, so the actor's size is most of a held
-// lease's heap. Go puts an 8-byte header before a heap object over 512
-// bytes that has pointers, and rounds up to a size class: at most 632
-// bytes take the 640-byte class, 8 more take the 704-byte one.
-func TestLeaseActorFitsItsSizeClass(t *testing.T) {
-	if n := unsafe.Sizeof(leaseActor{}); n > 632 {
-		t.Fatalf("leaseActor is %d bytes: over 632, each held lease costs a 704-byte allocation instead of 640", n)
+// A held lease parks once its round's votes are all in: its actor goes
+// back to the pool. A call, its alarm and its deadline each bind it an
+// actor again, which runs the lease as before.
+func TestHeldLeaseParksAndWakes(t *testing.T) {
+	f := newFakeNodes(t, 5)
+	pool := NewPool(f.system, nil, 1, f.shared())
+	reply := make(chan Result, 1)
+	ttl := 600 * time.Millisecond
+	ref, st := start(pool, Config{Resource: "r", Key: "k", Value: "v", Reply: reply,
+		TTL: ttl, NodeTimeout: time.Second, Attempts: 1, MaxHold: ttl, AutoExtend: true})
+	r, to := round[*node.Acquire](t, f)
+	for n := range 5 {
+		f.vote(to, n, r, node.Granted)
+	}
+	if res := result(t, reply); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	waitParked(t, ref)
+	pool.mu.Lock()
+	idle := len(pool.idle)
+	pool.mu.Unlock()
+	if idle != 1 {
+		t.Fatalf("%d idle actors with the lease parked, want its actor back", idle)
+	}
+
+	// A call: Extend.
+	ext := make(chan ExtendResult, 1)
+	ref.Ask(&Extend{State: st, Reply: ext})
+	r, to = round[*node.Extend](t, f)
+	for n := range 5 {
+		f.vote(to, n, r, node.Granted)
+	}
+	if e := <-ext; e.Err != nil {
+		t.Fatalf("Extend on a parked lease: %v", e.Err)
+	}
+	waitParked(t, ref)
+
+	// The alarm: automatic extensions at TTL/3, until MaxHold stops
+	// them; then the deadline, and the lease expires, with Done and
+	// Stopped closed as ever.
+	auto := 0
+	for {
+		select {
+		case got := <-f.cmds:
+			f.cmds <- got // the round's first command, for round to read
+			r, to = round[*node.Extend](t, f)
+			for n := range 5 {
+				f.vote(to, n, r, node.Granted)
+			}
+			auto++
+			continue
+		case <-st.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("neither an extension round nor the end")
+		}
+		break
+	}
+	if auto == 0 {
+		t.Fatal("the parked lease's alarm started no extension")
+	}
+	waitClosed(t, st.Stopped(), "the expired lease done")
+	if !errors.Is(st.Err(), ErrExpired) {
+		t.Fatalf("Err %v, want ErrExpired", st.Err())
+	}
+	// A call on the lease that is done is answered without an actor.
+	released := make(chan ReleaseResult, 1)
+	ref.Ask(&Release{State: st, Reply: released})
+	if r := <-released; !errors.Is(r.Err, ErrExpired) {
+		t.Fatalf("Release after the end: %v, want ErrExpired", r.Err)
+	}
+	pool.Close()
+}
+
+// waitParked waits until r's lease has no actor.
+func waitParked(t *testing.T, r Ref) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); r.pid() != nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the held lease did not park")
+		}
+	}
+}
+
+// A parked lease keeps its body alone, so the body's size is most of a
+// held lease's heap. Go rounds a heap object up to a size class: at most
+// 384 bytes take the 384-byte class, 8 more the 416-byte one.
+func TestBodyFitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(body{}); n > 384 {
+		t.Fatalf("body is %d bytes: over 384, each held lease costs a 416-byte allocation or more", n)
 	}
 }
 
@@ -115,9 +197,9 @@ func TestStoppedActorStillAnswers(t *testing.T) {
 	f := newFakeNodes(t, 5)
 	pool := NewPool(f.system, nil, 1, f.shared())
 	reply := make(chan Result, 1)
-	pid, st := start(pool, Config{Resource: "r", Key: "k", Value: "v",
+	_, st := start(pool, Config{Resource: "r", Key: "k", Value: "v",
 		TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, Reply: reply})
-	round[*node.Acquire](t, f) // the round is out, no vote will come
+	_, pid := round[*node.Acquire](t, f) // the round is out, no vote will come
 	f.system.Root.Stop(pid)
 	if res := result(t, reply); !errors.Is(res.Err, errStoppedUnanswered) {
 		t.Fatalf("acquire of a stopped actor: %v, want errStoppedUnanswered", res.Err)

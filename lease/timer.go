@@ -22,10 +22,10 @@ func mono(t time.Time) int64 { return int64(t.Sub(clock0)) }
 // setAlarm wakes the actor (a *wake) at t, in place of any earlier setting.
 func (a *leaseActor) setAlarm(t time.Time) {
 	a.alarmAt = mono(t)
-	a.timerMu.Lock()
+	a.body.mu.Lock()
 	a.alarmDue = a.alarmAt
 	a.armLocked(a.alarmDue)
-	a.timerMu.Unlock()
+	a.body.mu.Unlock()
 }
 
 // setAlarmExact is setAlarm for a long wait, the next extension, which
@@ -34,11 +34,11 @@ func (a *leaseActor) setAlarm(t time.Time) {
 // which would cost more than the reset, once per extension.
 func (a *leaseActor) setAlarmExact(t time.Time) {
 	a.alarmAt = mono(t)
-	a.timerMu.Lock()
+	a.body.mu.Lock()
 	a.alarmDue = a.alarmAt
 	a.armedAt = 0
 	a.rearmLocked()
-	a.timerMu.Unlock()
+	a.body.mu.Unlock()
 }
 
 // clearAlarm drops the alarm; the timer may still fire, to find nothing.
@@ -47,9 +47,9 @@ func (a *leaseActor) clearAlarm() {
 		return
 	}
 	a.alarmAt = 0
-	a.timerMu.Lock()
+	a.body.mu.Lock()
 	a.alarmDue = 0
-	a.timerMu.Unlock()
+	a.body.mu.Unlock()
 }
 
 // armDeadline has the timer end the held lease EndMargin before its
@@ -61,9 +61,9 @@ func (a *leaseActor) clearAlarm() {
 // finds the lease not yet due (expireIfDue checks) and re-arms.
 func (a *leaseActor) armDeadline() {
 	a.deadlineOf.Store(a.state)
-	a.timerMu.Lock()
+	a.body.mu.Lock()
 	a.armLocked(mono(a.state.ends()))
-	a.timerMu.Unlock()
+	a.body.mu.Unlock()
 }
 
 // stopTimers drops the alarm and the deadline.
@@ -73,52 +73,52 @@ func (a *leaseActor) stopTimers() {
 }
 
 // armLocked makes the timer fire at at (mono) or before it.
-func (a *leaseActor) armLocked(at int64) {
-	if a.armedAt != 0 && a.armedAt <= at {
+func (b *body) armLocked(at int64) {
+	if b.armedAt != 0 && b.armedAt <= at {
 		return
 	}
-	a.armedAt = at
+	b.armedAt = at
 	d := time.Duration(at - mono(time.Now()))
-	if a.timer == nil {
-		// The closure keeps only a: its pool and self are set before the
-		// timer is made, and never change.
-		a.timer = time.AfterFunc(d, a.fire)
+	if b.timer == nil {
+		// The closure keeps only b, which is reused, timer and all.
+		b.timer = time.AfterFunc(d, b.fire)
 		return
 	}
-	a.timer.Reset(d)
+	b.timer.Reset(d)
 }
 
 // rearmLocked arms the timer for the first of the alarm and the deadline
 // of a lease not yet ended, if any.
-func (a *leaseActor) rearmLocked() {
-	next := a.alarmDue
-	if st := a.deadlineOf.Load(); st != nil && !st.Ended() {
+func (b *body) rearmLocked() {
+	next := b.alarmDue
+	if st := b.deadlineOf.Load(); st != nil && !st.Ended() {
 		if d := mono(st.ends()); next == 0 || d < next {
 			next = d
 		}
 	}
 	if next != 0 {
-		a.armLocked(next)
+		b.armLocked(next)
 	}
 }
 
 // fire runs on the timer's goroutine: it ends the held lease if its
 // deadline passed, sends the alarm if due, and re-arms for what is left.
-func (a *leaseActor) fire() {
+// A parked lease is bound an actor for them (post).
+func (b *body) fire() {
 	now := time.Now()
-	if st := a.deadlineOf.Load(); st != nil && st.expireIfDue(now) {
-		a.pool.system.Root.Send(a.self, expired)
+	if st := b.deadlineOf.Load(); st != nil && st.expireIfDue(now) {
+		b.post(expired)
 	}
 	n := mono(now)
-	a.timerMu.Lock()
-	a.armedAt = 0
-	alarm := a.alarmDue != 0 && a.alarmDue <= n
+	b.mu.Lock()
+	b.armedAt = 0
+	alarm := b.alarmDue != 0 && b.alarmDue <= n
 	if alarm {
-		a.alarmDue = 0
+		b.alarmDue = 0
 	}
-	a.rearmLocked()
-	a.timerMu.Unlock()
+	b.rearmLocked()
+	b.mu.Unlock()
 	if alarm {
-		a.pool.system.Root.Send(a.self, wakeUp)
+		b.post(wakeUp)
 	}
 }
