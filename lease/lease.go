@@ -350,6 +350,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 	default:
 		if !a.current(msg) {
 			answerStale(msg)
+			a.maybePark(ctx) // a stale call may have bound a parked lease
 			return
 		}
 		a.onDeadline() // the deadline timer may have ended the lease
