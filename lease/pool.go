@@ -118,8 +118,8 @@ func (r Ref) Started() bool { return r.b != nil }
 // few messages): for a caller that waits for the answer next, holding
 // no lock the actor may take.
 func (r Ref) Ask(msg any) {
-	if r.Offer(msg) {
-		r.Run()
+	if m := r.b.offer(msg); m != nil {
+		m.Run()
 	}
 }
 
