@@ -71,17 +71,24 @@ func (p *Pool) spawn() *leaseActor {
 // take returns an idle actor, or a new one.
 func (p *Pool) take() *leaseActor {
 	p.mu.Lock()
-	var a *leaseActor
-	if n := len(p.idle); n > 0 {
-		a = p.idle[n-1]
-		p.idle[n-1] = nil
-		p.idle = p.idle[:n-1]
-	}
+	a := pop(&p.idle)
 	p.mu.Unlock()
 	if a == nil {
 		a = p.spawn()
 	}
 	return a
+}
+
+// pop takes the last of s, or nil when s is empty.
+func pop[T any](s *[]*T) *T {
+	n := len(*s)
+	if n == 0 {
+		return nil
+	}
+	v := (*s)[n-1]
+	(*s)[n-1] = nil
+	*s = (*s)[:n-1]
+	return v
 }
 
 // put takes back an actor that is done with its lease, or parked it;
@@ -100,7 +107,7 @@ func (p *Pool) put(a *leaseActor) bool {
 func (p *Pool) putBody(b *body) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.bodies) < p.keep {
+	if !p.closed && len(p.bodies) < p.keep {
 		p.bodies = append(p.bodies, b)
 	}
 }
@@ -195,12 +202,7 @@ func (p *Pool) Start(cfg Config) (r Ref, st *State, run bool) {
 	cfg.Shared = p.shared
 	st = newState(cfg.Resource, cfg.EventBuffer)
 	p.mu.Lock()
-	var b *body
-	if n := len(p.bodies); n > 0 {
-		b = p.bodies[n-1]
-		p.bodies[n-1] = nil
-		p.bodies = p.bodies[:n-1]
-	}
+	b := pop(&p.bodies)
 	p.mu.Unlock()
 	if b == nil {
 		b = &body{pool: p}
