@@ -1204,6 +1204,11 @@ func (a *leaseActor) maybePark(ctx actor.Context) {
 // actor is stopping) the actor is left as it is.
 func (a *leaseActor) done(ctx actor.Context) {
 	b, st, owner := a.body, a.state, a.cfg.Owner
+	// Back in the pool first, as the reply and Line.Done below may start
+	// the next lease at once: it then takes this actor, whose binding and
+	// begin wait in the mailbox until this message is handled. The body
+	// goes back last, once it is reset.
+	self, reuse := a.self, ctx != nil && a.pool != nil && a.pool.put(a)
 	// A stop while acquiring (the actor crashed, or was stopped) still
 	// answers: the caller waits for nothing else.
 	a.reply(Result{Err: errStoppedUnanswered, Attempts: a.attempts})
@@ -1215,12 +1220,8 @@ func (a *leaseActor) done(ctx actor.Context) {
 	b.mu.Unlock()
 	a.perLease = perLease{}
 	a.bound, a.body = bound{}, nil
-	// Back in the pool before Stopped is closed: the next lease may then
-	// look for an idle actor. Its begin waits in the mailbox meanwhile.
-	self, reuse := a.self, false
 	if a.pool != nil {
 		a.pool.putBody(b)
-		reuse = ctx != nil && a.pool.put(a)
 	}
 	st.stop()
 	if owner != nil {
