@@ -103,11 +103,17 @@ type Config struct {
 	// keys grant all the same, to see the checker catch what follows.
 	UnsafeEviction bool
 	Logf           func(format string, args ...any) // progress; nil: quiet
+	// Seed fixes the run's random choices: the faults' order and targets,
+	// and each worker's resources and holds, so that two builds can be
+	// run on one schedule (the timing still varies). 0: a random seed,
+	// which Report.Seed gives.
+	Seed uint64
 }
 
 // Report is what a Run saw.
 type Report struct {
 	Duration         time.Duration
+	Seed             uint64         // Config.Seed, or the one drawn: the schedule, to run again
 	Acquisitions     int            // leases held
 	AcquireFailures  int            // acquisitions that gave up (retries exhausted or a node fault)
 	Overlaps         []Overlap      // must be empty
@@ -231,6 +237,7 @@ func (r Report) String() string {
 		r.Duration.Round(time.Second), r.Acquisitions, r.AcquireFailures, len(r.Overlaps), r.TokenRegressions,
 		r.Writes, r.StaleRejected, r.LatePauses, r.Lost, r.EndedWithoutDone,
 		r.AcquireP99.Round(time.Microsecond), r.AcquireP99Down.Round(time.Microsecond), r.Faults)
+	fmt.Fprintf(&b, "; seed %d", r.Seed)
 	r.writeOverlaps(&b, r.Overlaps, true)
 	if len(r.Overlaps) > 0 {
 		fmt.Fprintf(&b, "\n  stale holders' writes in these overlaps: %v", r.OverlapStale)
@@ -331,7 +338,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	start := time.Now()
 	for ei, e := range engines {
 		for w := range cfg.Workers {
-			r.wg.Go(func() { r.worker(ctx, e, fmt.Sprintf("e%d/w%d", ei, w)) })
+			rng := r.rand(startStreams + uint64(ei*cfg.Workers+w))
+			r.wg.Go(func() { r.worker(ctx, e, fmt.Sprintf("e%d/w%d", ei, w), rng) })
 		}
 	}
 	if cfg.Faults {
@@ -342,7 +350,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	r.wg.Wait()
 
-	rep := Report{Duration: time.Since(start), Faults: r.faults, Lost: int(r.lost.Load()),
+	rep := Report{Duration: time.Since(start), Seed: cfg.Seed, Faults: r.faults, Lost: int(r.lost.Load()),
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
 		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), ClockJumps: r.jumps,
 		Timeline: r.timeline, log: r.log}
@@ -395,8 +403,22 @@ func withDefaults(c Config) Config {
 	if c.Kinds == nil {
 		c.Kinds = Kinds()
 	}
+	for c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
 	return c
 }
+
+// rand is the random source of one of the run's streams of choices: the
+// injector's (0), a starting worker's, a joining engine's worker's.
+func (r *run) rand(stream uint64) *rand.Rand { return rand.New(rand.NewPCG(r.cfg.Seed, stream)) }
+
+// The streams of workers: those of the starting engines, then those of
+// the engines that join, apart.
+const (
+	startStreams = 1
+	joinStreams  = 1 << 32
+)
 
 func (c *Config) kind(k string) bool { return slices.Contains(c.Kinds, k) }
 
@@ -516,8 +538,7 @@ func (r *run) addIdle() error {
 }
 
 // worker takes leases on random resources until ctx ends.
-func (r *run) worker(ctx context.Context, e *engine.Engine, name string) {
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+func (r *run) worker(ctx context.Context, e *engine.Engine, name string, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		if err := r.hold(ctx, e, name, rng); err != nil && ctx.Err() == nil {
 			r.failures.Add(1)
@@ -644,7 +665,7 @@ func (r *run) latency(d time.Duration, down bool) {
 // twice), with a short calm between faults.
 func (r *run) inject(ctx context.Context) {
 	defer r.retireAll()
-	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	rng := r.rand(0)
 	var round []string
 	for _, k := range r.cfg.Kinds {
 		round = append(round, k)
@@ -945,7 +966,8 @@ func (r *run) join(ctx context.Context) error {
 	r.joins++
 	for w := range max(1, r.cfg.Workers/2) {
 		name := fmt.Sprintf("new%d/w%d", r.joins, w)
-		j.work.Go(func() { r.worker(jctx, e, name) })
+		rng := r.rand(joinStreams + uint64(r.joins*r.cfg.Workers+w))
+		j.work.Go(func() { r.worker(jctx, e, name, rng) })
 	}
 	r.joined = append(r.joined, j)
 	if len(r.joined) > maxJoined {

@@ -8,6 +8,7 @@
 //
 //	go run ./safety/cmd/safety -duration 10m
 //	go run ./safety/cmd/safety -kinds 'snapshot restart,idle engine'
+//	go run ./safety/cmd/safety -seed 42 # a report's schedule again
 package main
 
 import (
@@ -35,6 +36,7 @@ func main() {
 	flag.DurationVar(&cfg.RestartQuarantine, "quarantine", 0, "restart quarantine (0: the engine's default, the TTL; negative, e.g. -1s: off, to see the checker catch violations)")
 	flag.BoolVar(&cfg.UnsafeEviction, "unsafe-eviction", false, "let nodes that may evict lock keys grant (Config.UnsafeEviction), to see the checker catch violations")
 	nodes := flag.Int("nodes", 5, "redis-server nodes to start")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "the schedule's random choices (faults, workers), as a run's report gives it, to run it again, e.g. on another build (the timing still varies); 0: random")
 	flag.Parse()
 	if *kinds != "" {
 		for k := range strings.SplitSeq(*kinds, ",") {
