@@ -311,6 +311,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	var t *turn
 	if attempts > 1 {
 		t = e.lines.join(resource, key, cfg.Value, o.ttl)
+		cfg.Value = t.value // a kept place comes with its own
 		if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 			return nil, lease.Result{}, err
 		} else if err != nil {

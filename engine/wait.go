@@ -41,13 +41,18 @@ type Wakeups struct {
 // wait, from the first such wait until the line empties. The
 // announcement names the next waiter and the one after it, in the order
 // the callers of every engine came (a release queues its engine's next
-// caller first: HandOff); while the resource is watched, a local release
-// hands the turn on through that announcement too, so that the local next
-// in line does not race ahead of the other engines' waiters.
+// caller first, or a place for the caller to come: HandOff); while the
+// resource is watched, a local release hands the turn on through that
+// announcement too, so that the local next in line does not race ahead of
+// the other engines' waiters.
 type lines struct {
 	e        *Engine
 	watchers []*node.Watcher
 	wakeups  [lease.WakeSplit + 1]atomic.Uint64
+	// keepFor: how long a kept place waits for its caller; as long as
+	// the next caller after a local release waits to hear of it
+	// (NodeTimeout/YieldDivisor).
+	keepFor time.Duration
 
 	mu    sync.Mutex
 	byKey map[string]*line
@@ -74,6 +79,23 @@ type line struct {
 	// idle: the line is empty, and forgotten (its watch dropped) unless a
 	// caller joins before lineLinger.
 	idle *time.Timer
+	// kept: the place in the nodes' queues that the last release kept for
+	// the engine's next caller, until one comes.
+	kept *kept
+}
+
+// kept is a place in the nodes' queues of waiters that a release took for
+// the next caller of its engine's line before that caller came (HandOff).
+// A service's worker that releases and acquires again is the usual caller
+// of a busy resource: it takes the place as it comes, where it would
+// otherwise queue itself (one more command per node) after its release.
+// Unclaimed for keepFor, the place is left, so that the waiters behind it
+// are not held up for a caller who does not come.
+type kept struct {
+	value string    // the owner value the caller will take
+	since time.Time // when the release queued it
+	ttl   time.Duration
+	leave *time.Timer
 }
 
 // lineLinger keeps a watched line that emptied, so that a caller who comes
@@ -104,7 +126,7 @@ type turn struct {
 }
 
 func newLines(e *Engine) *lines {
-	ls := &lines{e: e, byKey: make(map[string]*line)}
+	ls := &lines{e: e, byKey: make(map[string]*line), keepFor: e.cfg.NodeTimeout / YieldDivisor}
 	for i, addr := range e.cfg.Nodes {
 		ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, node.WatchHooks{
 			Released: func(channel, digest string) { ls.released(i, channel, digest) },
@@ -116,10 +138,11 @@ func newLines(e *Engine) *lines {
 }
 
 // join puts a caller of Acquire in resource's line; it is the head at
-// once when the line was empty, else it waits for ready. A head that
-// comes right after a local release that other engines' waiters are
-// about to hear of waits to hear of it too: racing ahead of them would
-// starve them.
+// once when the line was empty, else it waits for ready. The caller takes
+// the turn's value as its lease's owner value: the place a release kept
+// (HandOff) comes with one. A head that comes right after a local release
+// that other engines' waiters are about to hear of waits to hear of it
+// too: racing ahead of them would starve them.
 func (ls *lines) join(resource, key, value string, ttl time.Duration) *turn {
 	since := time.Now()
 	ls.mu.Lock()
@@ -134,6 +157,13 @@ func (ls *lines) join(resource, key, value string, ttl time.Duration) *turn {
 		l.idle = nil
 	}
 	t := &turn{ls: ls, line: l, since: since, value: value, ttl: ttl}
+	if k := l.kept; k != nil {
+		// The place a release kept: queued already, by when the release
+		// was sent.
+		k.leave.Stop()
+		l.kept = nil
+		t.value, t.since, t.queued = k.value, k.since, true
+	}
 	if len(l.turns) > 0 {
 		t.ready = make(chan struct{})
 	} else {
@@ -236,18 +266,54 @@ func (t *turn) Len() int {
 }
 
 // HandOff implements lease.Line. r sends messages to the node actors
-// under ls.mu, which the successor's leave (Done) needs too.
+// under ls.mu, which the successor's leave (Done) needs too. With nobody
+// after it in the line, a release that is announced (the resource was
+// contended lately) queues a place for the engine's next caller instead
+// (kept), since that caller is most often the releasing worker, back at
+// once.
 func (t *turn) HandOff(r lease.Releaser) {
 	ls, l := t.ls, t.line
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if len(l.turns) < 2 || l.turns[0] != t {
+	switch {
+	case len(l.turns) == 0 || l.turns[0] != t:
 		r.ReleaseQueueing(time.Time{}, "")
-		return
+	case len(l.turns) > 1:
+		s := l.turns[1]
+		s.queued = true
+		r.ReleaseQueueing(s.since, s.value)
+	case l.watch && slices.Contains(l.on, true):
+		k := l.kept
+		if k == nil {
+			k = &kept{value: newValue(), since: time.Now(), ttl: t.ttl}
+			k.leave = time.AfterFunc(ls.keepFor, func() { ls.unkeep(l, k) })
+			l.kept = k
+		}
+		r.ReleaseQueueing(k.since, k.value)
+	default:
+		r.ReleaseQueueing(time.Time{}, "")
 	}
-	s := l.turns[1]
-	s.queued = true
-	r.ReleaseQueueing(s.since, s.value)
+}
+
+// unkeep leaves the place k that no caller took (see kept).
+func (ls *lines) unkeep(l *line, k *kept) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l.kept != k {
+		return // taken meanwhile
+	}
+	l.kept = nil
+	ls.leave(l.key, k.value, k.ttl)
+}
+
+// leave takes value out of the nodes' queues of waiters for key, under
+// ls.mu (see HandOff). Like a lease actor's leave, it is announced where
+// the key is free: a release may have named it next.
+func (ls *lines) leave(key, value string, ttl time.Duration) {
+	r := node.Request{Key: key, Value: value}
+	for _, pid := range ls.e.pids {
+		ls.e.system.Root.Send(pid, &node.Release{Request: r, TTL: ttl, Leave: true, Announce: true})
+	}
 }
 
 // Done implements lease.Line, and leaves the line for a caller whose
@@ -262,13 +328,8 @@ func (t *turn) Done(released bool) {
 	t.gone = true
 	if t.queued && !t.ref.Started() {
 		// A release queued it on the nodes, and it leaves before it had
-		// a lease actor to take itself out: nobody else would. Like a
-		// lease actor's leave, it is announced where the key is free (a
-		// release may have named it next).
-		r := node.Request{Key: l.key, Value: t.value}
-		for _, pid := range ls.e.pids {
-			ls.e.system.Root.Send(pid, &node.Release{Request: r, TTL: t.ttl, Leave: true, Announce: true})
-		}
+		// a lease actor to take itself out: nobody else would.
+		ls.leave(l.key, t.value, t.ttl)
 	}
 	i := slices.Index(l.turns, t)
 	l.turns = slices.Delete(l.turns, i, i+1)
@@ -295,8 +356,18 @@ func (ls *lines) forget(l *line) {
 		return // joined meanwhile
 	}
 	delete(ls.byKey, l.key)
+	ls.unkeepNow(l)
 	for _, w := range ls.watchers {
 		w.Unwatch(l.channel)
+	}
+}
+
+// unkeepNow leaves l's kept place at once, under ls.mu.
+func (ls *lines) unkeepNow(l *line) {
+	if k := l.kept; k != nil {
+		k.leave.Stop()
+		l.kept = nil
+		ls.leave(l.key, k.value, k.ttl)
 	}
 }
 
@@ -387,6 +458,7 @@ func (ls *lines) close() {
 		if l.idle != nil {
 			l.idle.Stop()
 		}
+		ls.unkeepNow(l)
 	}
 	ls.mu.Unlock()
 	for _, w := range ls.watchers {

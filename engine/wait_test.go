@@ -325,6 +325,10 @@ func TestWaitersAcrossEnginesInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = await(t, got2, 5*time.Second).l.Release(t.Context())
+		// The places the releases kept for their engines' next callers,
+		// left: a caller who came back for one would be queued as of its
+		// release.
+		waitQueuesEmpty(t, c, holder.cfg.lockKey("order"))
 	}
 }
 
@@ -392,8 +396,16 @@ func testLocalSuccessor(t *testing.T, watched bool) {
 	if err := await(t, remote, 5*time.Second).l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	// A release or leave may still be on its way to a node past a quorum.
-	key := a.cfg.lockKey("succ") + ":queue"
+	waitQueuesEmpty(t, c, a.cfg.lockKey("succ"))
+}
+
+// waitQueuesEmpty waits until every node's queue of waiters for the lock
+// key is empty but for its end mark: a release or leave may still be on its
+// way to a node past a quorum, and a place a release kept for its engine's
+// next caller is left once unclaimed (lines.keepFor).
+func waitQueuesEmpty(t *testing.T, c *redisproc.Cluster, key string) {
+	t.Helper()
+	key += ":queue"
 	var queues []string
 	waitFor(t, 2*time.Second, "every queue of waiters empty but for its end mark", func() bool {
 		queues = queues[:0]
@@ -406,6 +418,103 @@ func testLocalSuccessor(t *testing.T, watched bool) {
 		}
 		return !slices.ContainsFunc(queues, func(q string) bool { return q != "[~]" })
 	})
+}
+
+// keptPlace runs the usual pattern of a busy resource up to the release
+// that keeps a place: a's head waited for b's lease (a's line is watched
+// from then on) and holds; b's next caller waits, queued; a releases, with
+// nobody after it in its line. It returns b's waiter and the place a's
+// release kept, as a's line has it, and as the nodes' queues name it.
+func keptPlace(t *testing.T, a, b *Engine) (remote <-chan acquired, value string) {
+	t.Helper()
+	first, got := holdAndWait(t, b, a, "kept")
+	held := releaseWakes(t, first, got).l
+	evB, stopB := b.Subscribe(64)
+	defer stopB()
+	remote = acquireAsync(t.Context(), b, "kept", WithRetry(noPolling))
+	waitRefused(t, evB)
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a.lines.mu.Lock()
+	if k := a.lines.byKey[a.cfg.lockKey("kept")].kept; k != nil {
+		value = k.value
+	}
+	a.lines.mu.Unlock()
+	return remote, value
+}
+
+// queuedOn counts the nodes whose queue of waiters for resource holds
+// value.
+func queuedOn(t *testing.T, c *redisproc.Cluster, e *Engine, resource, value string) int {
+	t.Helper()
+	n := 0
+	for _, nd := range c.Nodes {
+		rank, err := nd.Do(t.Context(), "ZRANK", e.cfg.lockKey(resource)+":queue", node.Digest(value))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rank != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// A release of a busy resource with nobody after it in its engine's line
+// keeps a place among the waiters for the engine's next caller: the
+// worker that released, back at once, takes it, queued already (it sends
+// nothing to queue itself), and goes after the remote waiter who came
+// first, as soon as that one releases.
+func TestReturningCallerTakesTheKeptPlace(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	a.lines.keepFor = time.Minute // however slow the machine
+	remote, value := keptPlace(t, a, b)
+	if value == "" {
+		t.Fatal("the release kept no place for a's next caller")
+	}
+	waitFor(t, 2*time.Second, "the kept place queued on a quorum", func() bool {
+		return queuedOn(t, c, a, "kept", value) >= 2
+	})
+	back := acquireAsync(t.Context(), a, "kept", WithRetry(noPolling))
+	r := await(t, remote, 5*time.Second)
+	released := time.Now()
+	if err := r.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w := await(t, back, 5*time.Second)
+	if d := w.at.Sub(released); d > time.Second {
+		t.Fatalf("acquired %v after the release, want within 1s", d)
+	}
+	if w.l.value != value {
+		t.Fatal("the caller who came back did not take the place its release kept")
+	}
+	if err := w.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A kept place that no caller takes within keepFor is left: the waiters
+// behind it are not held up for a caller who does not come.
+func TestUnclaimedKeptPlaceIsLeft(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	a.lines.keepFor = 200 * time.Millisecond // to see it queued first
+	remote, value := keptPlace(t, a, b)
+	if value == "" {
+		t.Fatal("the release kept no place for a's next caller")
+	}
+	r := await(t, remote, 5*time.Second)
+	if queuedOn(t, c, a, "kept", value) == 0 {
+		t.Fatal("the kept place is queued on no node")
+	}
+	waitFor(t, 2*time.Second, "the unclaimed place out of every queue", func() bool {
+		return queuedOn(t, c, a, "kept", value) == 0
+	})
+	if err := r.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // A waiter that a release names leaves the queue: one that is gone (its

@@ -55,8 +55,9 @@
 -- leave), the owner leaves the queue too; when it announces that while the key is
 -- free (a release may have named it next), it names the next waiter in
 -- its stead, with no holder: " <next> <after it>". A successor (the next
--- caller in the owner's engine's line) joins the queue first, as its
--- refused acquire would, so that the announcement can name it. An
+-- caller in the owner's engine's line, or a place kept for its next
+-- caller) joins the queue first, as its refused acquire would, so that the
+-- announcement can name it. An
 -- uncontended announced release costs one EXISTS more; a silent one (d)
 -- none. PUBLISH goes through pcall,
 -- since a server may deny it (an ACL without channels): the release

@@ -90,7 +90,8 @@ type Release struct {
 	Announce bool
 	Leave    bool // the owner leaves the queue of waiters too
 	// Successor, if set, is the caller next in the owner's engine's line
-	// for Key (its value's Digest), waiting since SuccessorSince (Unix
+	// for Key (its value's Digest), or a place kept for the engine's
+	// next caller, waiting since SuccessorSince (Unix
 	// milliseconds): the release puts it in the queue of waiters, as its
 	// refused Acquire would, before naming the next waiter, so that it is
 	// named in its turn without a command of its own. Only while the key
