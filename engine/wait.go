@@ -295,15 +295,14 @@ func (t *turn) HandOff(r lease.Releaser) {
 	}
 }
 
-// unkeep leaves the place k that no caller took (see kept).
+// unkeep leaves the place k that no caller took (see kept), unless one
+// took it meanwhile.
 func (ls *lines) unkeep(l *line, k *kept) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if l.kept != k {
-		return // taken meanwhile
+	if l.kept == k {
+		ls.unkeepNow(l)
 	}
-	l.kept = nil
-	ls.leave(l.key, k.value, k.ttl)
 }
 
 // leave takes value out of the nodes' queues of waiters for key, under
