@@ -95,7 +95,7 @@ type kept struct {
 	value string    // the owner value the caller will take
 	since time.Time // when the release queued it
 	ttl   time.Duration
-	leave *time.Timer
+	timer *time.Timer // leaves it once keepFor passes unclaimed
 }
 
 // lineLinger keeps a watched line that emptied, so that a caller who comes
@@ -160,7 +160,7 @@ func (ls *lines) join(resource, key, value string, ttl time.Duration) *turn {
 	if k := l.kept; k != nil {
 		// The place a release kept: queued already, by when the release
 		// was sent.
-		k.leave.Stop()
+		k.timer.Stop()
 		l.kept = nil
 		t.value, t.since, t.queued = k.value, k.since, true
 	}
@@ -286,7 +286,7 @@ func (t *turn) HandOff(r lease.Releaser) {
 		k := l.kept
 		if k == nil {
 			k = &kept{value: newValue(), since: time.Now(), ttl: t.ttl}
-			k.leave = time.AfterFunc(ls.keepFor, func() { ls.unkeep(l, k) })
+			k.timer = time.AfterFunc(ls.keepFor, func() { ls.unkeep(l, k) })
 			l.kept = k
 		}
 		r.ReleaseQueueing(k.since, k.value)
@@ -364,7 +364,7 @@ func (ls *lines) forget(l *line) {
 // unkeepNow leaves l's kept place at once, under ls.mu.
 func (ls *lines) unkeepNow(l *line) {
 	if k := l.kept; k != nil {
-		k.leave.Stop()
+		k.timer.Stop()
 		l.kept = nil
 		ls.leave(l.key, k.value, k.ttl)
 	}
