@@ -321,7 +321,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		// Queued on the nodes by when it joined the line, not when it
 		// became the head: callers of every engine go in the order
 		// they came, not engines in turn.
-		cfg.Since, cfg.QueueAtOnce = t.since.UnixMilli(), t.contended
+		cfg.Since, cfg.QueueAtOnce = t.since.UnixMicro(), t.contended
 	}
 
 	e.mu.Lock()

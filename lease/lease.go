@@ -63,8 +63,8 @@ type Config struct {
 	// refused waiter by it (node.Acquire.Since), and release
 	// announcements name the next waiter. Rounds carry it from the first
 	// refusal on, or from the first round with QueueAtOnce (the resource
-	// is known to be contended). In Unix milliseconds, as the nodes take
-	// it; 0: none.
+	// is known to be contended). In Unix microseconds, as the nodes take
+	// it (callers a few hundred µs apart are in order); 0: none.
 	Since       int64
 	QueueAtOnce bool
 	// WaitFirst: begin by waiting, for a *Wake or at most
@@ -272,7 +272,7 @@ type bound struct {
 	releaseGap  time.Duration
 	// The caller next in line that the final release queues (HandOff).
 	successor      string
-	successorSince int64  // Unix milliseconds
+	successorSince int64  // Unix microseconds
 	waitingFor     string // waiting: the holder in the way ("": any)
 	cause          error  // why acquiring failed
 	failedVotes    []node.Vote
@@ -627,7 +627,7 @@ func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 // next in line too (an interface rather than a closure: a release costs
 // no allocation for it).
 func (a *leaseActor) ReleaseQueueing(since time.Time, value string) {
-	a.successorSince, a.successor = since.UnixMilli(), value
+	a.successorSince, a.successor = since.UnixMicro(), value
 	a.send(a.handOffCmd, nil)
 }
 

@@ -18,7 +18,7 @@
 --   f  fence            KEYS lock, fence; ARGV value, token
 -- The common commands (a, d, r, l) carry no argument they do not use: each
 -- costs the node its parsing. TTLs are in milliseconds; since is when a
--- caller began to wait (milliseconds), or '' for a caller that does not
+-- caller began to wait (microseconds), or '' for a caller that does not
 -- queue; announce and leave are '1' or ''. Answers one
 -- reply per command, in order; a command that fails (a key of the wrong
 -- type, say) answers an error and the others still run.

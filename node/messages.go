@@ -43,7 +43,7 @@ type Acquire struct {
 	TTL      time.Duration
 	FenceKey string
 	// Since, if set, is when the caller began to wait, in Unix
-	// milliseconds: a refusal puts the caller in the resource's queue of
+	// microseconds: a refusal puts the caller in the resource's queue of
 	// waiters by it (and a grant takes it out), the same on every node,
 	// so that release announcements name the same next waiter everywhere.
 	Since string
@@ -92,7 +92,7 @@ type Release struct {
 	// Successor, if set, is the caller next in the owner's engine's line
 	// for Key (its value's Digest), or a place kept for the engine's
 	// next caller, waiting since SuccessorSince (Unix
-	// milliseconds): the release puts it in the queue of waiters, as its
+	// microseconds): the release puts it in the queue of waiters, as its
 	// refused Acquire would, before naming the next waiter, so that it is
 	// named in its turn without a command of its own. Only while the key
 	// has a queue. A failed acquire round's cleanup names its own lease
