@@ -78,6 +78,9 @@ func New(cfg Config) (*Engine, error) {
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
 			First: infos[i], UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
+			// On one node a hand-off waits for that node alone: a second
+			// batch on its wire saves it the wait (see node.maxWire).
+			Overlap: len(cfg.Nodes) == 1,
 		})
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)

@@ -176,6 +176,7 @@ type health struct {
 	evicts          string // the node's maxmemory-policy, when it may evict lock keys
 	down            bool
 	failures        int       // consecutive failed batches or probes
+	failedAt        time.Time // when the last was counted
 	quarantineUntil time.Time // acquires refused before it
 	evicting        error     // acquires refused with it: the node may evict lock keys (ErrEvicting)
 	epochPending    bool      // write the epoch marker once the quarantine is over
@@ -202,6 +203,8 @@ type (
 // batch's slice for reuse.
 type sent struct {
 	actors.Late
+	slot      int       // the job's (job.slot)
+	sentAt    time.Time // when it went out
 	batch     []entry
 	size      int     // entries sent
 	unchecked bool    // nothing was sent: batch waits for a probe, in order
@@ -369,7 +372,9 @@ func (a *nodeActor) batchDone(m *sent) {
 	case m.failed == 0:
 		a.health.failures = 0
 		a.setDown(false, nil)
-	case m.failed == m.size:
+	case m.failed == m.size && m.sentAt.After(a.health.failedAt):
+		// Batches that were on the wire together and got no answer count
+		// as one failure: what failed the first failed the others.
 		a.failure(nil)
 	}
 }
@@ -392,6 +397,7 @@ const (
 // in a row mark the node down, so that rounds stop waiting on it.
 func (a *nodeActor) failure(err error) {
 	a.health.failures++
+	a.health.failedAt = time.Now()
 	if a.health.failures >= DownAfterFailures {
 		a.setDown(true, err)
 	}

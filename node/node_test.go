@@ -521,6 +521,90 @@ func TestNoScriptKeepsIssueOrder(t *testing.T) {
 	}
 }
 
+// With Overlap, while a batch is on the wire a second goes out with the
+// commands a hand-off waits for, but for those whose keys the first
+// carries: they wait for it, so that commands on one key take effect in
+// the order they came (here an acquire after a release of its key).
+func TestSecondBatchLeavesKeysOnTheWire(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: 5 * time.Second, Quarantine: -1, HealthInterval: time.Hour, Overlap: true})
+	ctx := t.Context()
+	if v := h.ask(&Acquire{Request: h.req("a", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
+		t.Fatalf("%+v", v)
+	}
+	if err := h.server.Pause(); err != nil { // the next commands stall on the wire
+		t.Fatal(err)
+	}
+	h.system.Root.Send(h.node.PID, &Release{Request: h.req("a", "me", 2), TTL: time.Minute})
+	waitFor(t, func() bool { return h.node.Stats().OnWire == 1 })
+	// Waiters' acquires (queued by when they began to wait): urgent.
+	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("a", "you", 3), TTL: time.Minute, Since: "1"})
+	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("b", "you", 4), TTL: time.Minute, Since: "1"})
+	waitFor(t, func() bool { s := h.node.Stats(); return s.OnWire == 2 && s.Queued == 1 })
+	if err := h.server.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]Outcome{}
+	for range 3 {
+		select {
+		case v := <-h.votes:
+			got[v.Round] = v.Outcome
+		case <-time.After(10 * time.Second):
+			t.Fatalf("votes so far %v", got)
+		}
+	}
+	if got[3] != Granted || got[4] != Granted {
+		t.Fatalf("votes %v, want both acquires granted", got)
+	}
+	if v, ok, err := h.server.Get(ctx, "a"); err != nil || !ok || v != "you" {
+		t.Fatalf("key a: %q %v %v, want the acquire's, after the release", v, ok, err)
+	}
+}
+
+// flush sends a second batch only with Overlap and for an urgent command,
+// and leaves in the queue, in order, the commands whose keys a batch on
+// the wire carries: the live test above cannot tell which of two
+// commands went out.
+func TestFlushHoldsKeysOnTheWire(t *testing.T) {
+	queue := func(urgent bool, keys ...string) *nodeActor {
+		a := &nodeActor{cfg: Config{Timeout: time.Minute, Quarantine: -1}, work: make(chan job, maxWire), wires: maxWire}
+		a.used[0], a.inFlight = true, 1
+		a.onWire[0].add(keyBit("a"))
+		for i, key := range keys {
+			a.queue = append(a.queue, entry{op: opAcquire, req: &Request{Key: key, Round: uint64(i)},
+				keyBit: keyBit(key), queued: time.Now(), urgent: urgent})
+		}
+		return a
+	}
+	names := func(es []entry) string {
+		var s []string
+		for _, e := range es {
+			s = append(s, fmt.Sprint(e.req.Key, e.req.Round))
+		}
+		return fmt.Sprint(s)
+	}
+	a := queue(true, "a", "b", "a", "c")
+	a.flush()
+	j := <-a.work
+	if sent, held := names(j.batch), names(a.queue); sent != "[b1 c3]" || held != "[a0 a2]" {
+		t.Fatalf("sent %v and held %v, want [b1 c3] and [a0 a2]", sent, held)
+	}
+	if j.slot != 1 || a.inFlight != 2 {
+		t.Fatalf("slot %d, %d on the wire; want slot 1, 2", j.slot, a.inFlight)
+	}
+	for _, a := range []*nodeActor{queue(false, "b", "c"), queue(true, "a")} {
+		a.flush()
+		if len(a.work) != 0 {
+			t.Fatalf("a second batch for %v: only for an urgent command whose key is not on the wire", names(a.queue))
+		}
+	}
+	a = queue(true, "b")
+	a.wires = 1 // no Overlap
+	a.flush()
+	if len(a.work) != 0 {
+		t.Fatal("a second batch without Overlap")
+	}
+}
+
 // One batch runs in several script calls (maxScriptOps commands each);
 // every command gets its own reply, in order, and one that fails (a key
 // of the wrong type) fails alone.
