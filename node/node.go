@@ -303,8 +303,10 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 }
 
 func (a *nodeActor) enqueue(e entry) {
-	e.keyBit = keyBit(e.req.Key)
-	e.urgent = e.op.acquires() && e.since != "" || e.op == opRelease && (e.leave || e.successor != "")
+	if a.wires > 1 {
+		e.keyBit = keyBit(e.req.Key)
+		e.urgent = e.op.acquires() && e.since != "" || e.op == opRelease && (e.leave || e.successor != "")
+	}
 	e.queued = e.req.Sent
 	if e.queued.IsZero() {
 		e.queued = time.Now()
