@@ -41,6 +41,25 @@ func TestBoundedRunWithFaults(t *testing.T) {
 	}
 }
 
+// The same on one node, where an engine's node actor may put a second
+// batch on the wire beside the first (node.Config.Overlap): shorter, since
+// the run above covers the fault kinds; clock jumps are left out, as no
+// single node survives them.
+func TestBoundedRunWithFaultsOnOneNode(t *testing.T) {
+	kinds := slices.DeleteFunc(Kinds(), func(k string) bool { return k == FaultClockJump })
+	rep, err := Run(t.Context(), Config{Nodes: 1, Duration: 20 * time.Second, Faults: true, Kinds: kinds, Resources: 8, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep)
+	if !rep.OK() || len(rep.ClockJumps) > 0 {
+		t.Errorf("safety violated: %v", rep)
+	}
+	if rep.Acquisitions < 200 {
+		t.Errorf("only %d acquisitions: the run did not exercise much", rep.Acquisitions)
+	}
+}
+
 // The checker catches a real violation: the restart scenario of the
 // Redlock critique. A holds the lease on nodes 1-3 (4 and 5 are dead);
 // node 1 restarts without persistence and 4 and 5 come back empty; B asks.
