@@ -175,16 +175,20 @@ type entry struct {
 // Config.Overlap; else one. With one, a command that came while a batch
 // was out waits for it to return: on one node, most of a contended
 // hand-off's time was its release and the next acquire each waiting so.
-// A second batch goes at once when a command a hand-off waits for
-// (entry.urgent) is queued, with the commands whose keys the first does
-// not carry; rueidis pipelines both on the one connection. It costs a
-// write (a system call) per such command instead of one per batch: on one
-// node that is two per hand-off, and the hand-off takes a quarter less
-// time; on five nodes, ten, which on a machine whose cores the client
-// and the nodes share cost more than the waits they save. Commands nobody
-// waits for in turn (uncontended acquires and releases) wait as before,
-// and keep their batches large.
+// A second batch goes, with the commands whose keys the first does not
+// carry (rueidis pipelines both on the one connection), when a command a
+// hand-off waits for (entry.urgent) is queued, or overlapAt commands are.
+// The first costs a write (a system call) per such command instead of one
+// per batch: on one node that is two per hand-off, and the hand-off takes
+// a quarter less time. The second keeps the node busy while the client
+// reads the batch on the wire's answers. On five nodes, on a machine whose
+// cores the client and the nodes share, both cost more than they saved.
 const maxWire = 2
+
+// overlapAt is how many queued commands make a second batch worth its
+// write: measured on one node, uncontended (go run ./bench -n 1 -clients
+// redlease -workers 16,128,512), 4 to 32 all beat waiting, 8 the most.
+const overlapAt = 8
 
 // keySet is a set of lock keys by a bit of each key's hash: a key whose
 // bit is set may be in the set. The keys of the batches on the wire are
@@ -351,7 +355,8 @@ func (a *nodeActor) flush() {
 			busy[w] |= a.onWire[s][w]
 		}
 	}
-	if a.inFlight > 0 && !slices.ContainsFunc(a.queue, func(e entry) bool { return e.urgent && !busy.has(e.keyBit) }) {
+	if a.inFlight > 0 && len(a.queue) < overlapAt &&
+		!slices.ContainsFunc(a.queue, func(e entry) bool { return e.urgent && !busy.has(e.keyBit) }) {
 		return
 	}
 	keys := &a.onWire[slot]

@@ -560,10 +560,10 @@ func TestSecondBatchLeavesKeysOnTheWire(t *testing.T) {
 	}
 }
 
-// flush sends a second batch only with Overlap and for an urgent command,
-// and leaves in the queue, in order, the commands whose keys a batch on
-// the wire carries: the live test above cannot tell which of two
-// commands went out.
+// flush sends a second batch only with Overlap, and for an urgent
+// command or overlapAt queued commands; it leaves in the queue, in order,
+// the commands whose keys a batch on the wire carries: the live test above
+// cannot tell which of two commands went out.
 func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 	queue := func(urgent bool, keys ...string) *nodeActor {
 		a := &nodeActor{cfg: Config{Timeout: time.Minute, Quarantine: -1}, work: make(chan job, maxWire), wires: maxWire}
@@ -596,6 +596,15 @@ func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 		if len(a.work) != 0 {
 			t.Fatalf("a second batch for %v: only for an urgent command whose key is not on the wire", names(a.queue))
 		}
+	}
+	many := make([]string, overlapAt)
+	for i := range many {
+		many[i] = "k" + strconv.Itoa(i)
+	}
+	a = queue(false, many...)
+	a.flush()
+	if len(a.work) != 1 || len(a.queue) > 1 { // but for a key that shares a's bit
+		t.Fatalf("%d commands queued, %d batches sent; want a second batch at %d", len(a.queue), len(a.work), overlapAt)
 	}
 	a = queue(true, "b")
 	a.wires = 1 // no Overlap
