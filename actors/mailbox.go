@@ -80,6 +80,21 @@ func (m *Mailbox) Run() { m.handle(runLimit) }
 // runLimit bounds the messages Run handles.
 const runLimit = 8
 
+// DrainUser takes the user messages still queued out of the mailbox and
+// hands them to f, in order: for an actor that is stopping, to answer
+// what it will never handle.
+func (m *Mailbox) DrainUser(f func(msg any)) {
+	m.mu.Lock()
+	msgs := make([]any, 0, m.user.n)
+	for m.user.n > 0 {
+		msgs = append(msgs, m.user.pop())
+	}
+	m.mu.Unlock()
+	for _, msg := range msgs {
+		f(msg)
+	}
+}
+
 func (m *Mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	m.invoker, m.dispatcher = invoker, dispatcher
 }

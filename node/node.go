@@ -232,6 +232,7 @@ type nodeActor struct {
 	wires    int // how many batches may be on the wire: 1, or maxWire with Config.Overlap
 	inFlight int
 	alone    bool
+	stopping bool // nothing more goes on the wire
 	stats    counters
 	health   health
 
@@ -257,21 +258,6 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		ctx.Stop(ctx.Self())
 	})
 	switch m := ctx.Message().(type) {
-	case *Acquire:
-		if m.FenceKey != "" {
-			a.enqueue(entry{op: opAcquireFenced, req: &m.Request, ttl: m.TTL, fenceKey: m.FenceKey, since: m.Since})
-		} else {
-			a.enqueue(entry{op: opAcquire, req: &m.Request, ttl: m.TTL, since: m.Since})
-		}
-	case *Fence:
-		a.enqueue(entry{op: opFence, req: &m.Request, fenceKey: m.FenceKey, token: m.Token})
-	case *Queue:
-		a.enqueue(entry{op: opQueue, req: &m.Request, ttl: m.TTL, since: m.Since})
-	case *Extend:
-		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
-	case *Release:
-		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave,
-			successor: m.Successor, since: m.SuccessorSince})
 	case *sent:
 		a.returned(m.slot)
 		a.stats.onWire.Add(-int64(m.size))
@@ -301,9 +287,36 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		if a.timer != nil {
 			a.timer.Stop()
 		}
+		// Commands still in the mailbox would never be handled (a stopped
+		// actor's user messages are dropped): queue them to be answered.
+		a.stopping = true
+		a.mailbox.DrainUser(func(msg any) { a.command(msg) })
 		a.failQueued(ErrStopped)
+	default:
+		a.command(m)
 	}
 	a.stats.queued.Store(int64(len(a.queue)))
+}
+
+// command queues msg if it is a command.
+func (a *nodeActor) command(msg any) {
+	switch m := msg.(type) {
+	case *Acquire:
+		if m.FenceKey != "" {
+			a.enqueue(entry{op: opAcquireFenced, req: &m.Request, ttl: m.TTL, fenceKey: m.FenceKey, since: m.Since})
+		} else {
+			a.enqueue(entry{op: opAcquire, req: &m.Request, ttl: m.TTL, since: m.Since})
+		}
+	case *Fence:
+		a.enqueue(entry{op: opFence, req: &m.Request, fenceKey: m.FenceKey, token: m.Token})
+	case *Queue:
+		a.enqueue(entry{op: opQueue, req: &m.Request, ttl: m.TTL, since: m.Since})
+	case *Extend:
+		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
+	case *Release:
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave,
+			successor: m.Successor, since: m.SuccessorSince})
+	}
 }
 
 func (a *nodeActor) enqueue(e entry) {
@@ -328,7 +341,7 @@ func (a *nodeActor) enqueue(e entry) {
 // answers again and while its key may live: a failed attempt's keys must
 // not outlive it.
 func (a *nodeActor) flush() {
-	if a.inFlight == a.wires || a.alone {
+	if a.inFlight == a.wires || a.alone || a.stopping {
 		return
 	}
 	now := time.Now()
