@@ -286,11 +286,19 @@ func TestWakeWithNodesUnableToNotify(t *testing.T) {
 
 // Across engines, waiters go in the order they began to wait: every node
 // queues them alike, and a release names the first, which goes at once
-// while the others let it. Five times over, so luck would not pass it.
+// while the others let it. Over several rounds, so luck would not pass it;
+// with the second waiter a few milliseconds after the first, and
+// microseconds after it: the nodes queue waiters by when they joined their
+// lines to the microsecond, not by chance among those of one millisecond.
 func TestWaitersAcrossEnginesInOrder(t *testing.T) {
+	t.Run("milliseconds apart", func(t *testing.T) { testWaitersInOrder(t, 5, true) })
+	t.Run("microseconds apart", func(t *testing.T) { testWaitersInOrder(t, 12, false) })
+}
+
+func testWaitersInOrder(t *testing.T, rounds int, msApart bool) {
 	c := startNodes(t, 3)
 	es := []*Engine{newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes)}
-	for round := range 5 {
+	for round := range rounds {
 		holder, first, second := es[round%3], es[(round+1)%3], es[(round+2)%3]
 		if round%2 == 1 {
 			first, second = second, first
@@ -300,11 +308,20 @@ func TestWaitersAcrossEnginesInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		ev1, stop1 := first.Subscribe(64)
-		got1 := acquireAsync(t.Context(), first, "order", WithRetry(noPolling))
-		waitRefused(t, ev1)
-		time.Sleep(5 * time.Millisecond) // a later millisecond to queue by
 		ev2, stop2 := second.Subscribe(64)
+		got1 := acquireAsync(t.Context(), first, "order", WithRetry(noPolling))
+		if msApart {
+			waitRefused(t, ev1)
+			time.Sleep(5 * time.Millisecond)
+		} else {
+			for first.Stats().Waiters["order"] == 0 { // in its line: its time taken
+				runtime.Gosched()
+			}
+		}
 		got2 := acquireAsync(t.Context(), second, "order", WithRetry(noPolling))
+		if !msApart {
+			waitRefused(t, ev1)
+		}
 		waitRefused(t, ev2)
 		stop1()
 		stop2()
@@ -330,55 +347,6 @@ func TestWaitersAcrossEnginesInOrder(t *testing.T) {
 		// left: a caller who came back for one would be queued as of its
 		// release.
 		waitQueuesEmpty(t, c, holder.cfg.lockKey("order"))
-	}
-}
-
-// Waiters of two engines who began to wait less than a millisecond apart
-// go in the order they came too: the nodes queue them by when they joined
-// their lines to the microsecond, not by chance among those of one
-// millisecond.
-func TestWaitersAcrossEnginesInOrderWithinAMillisecond(t *testing.T) {
-	c := startNodes(t, 3)
-	es := []*Engine{newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes), newEngine(t, c.Addrs(), slowNodes)}
-	for round := range 12 {
-		holder, first, second := es[round%3], es[(round+1)%3], es[(round+2)%3]
-		if round%2 == 1 {
-			first, second = second, first
-		}
-		held, err := holder.Acquire(t.Context(), "close")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev1, stop1 := first.Subscribe(64)
-		ev2, stop2 := second.Subscribe(64)
-		got1 := acquireAsync(t.Context(), first, "close", WithRetry(noPolling))
-		for first.Stats().Waiters["close"] == 0 { // in its line: its time taken
-			runtime.Gosched()
-		}
-		got2 := acquireAsync(t.Context(), second, "close", WithRetry(noPolling))
-		waitRefused(t, ev1)
-		waitRefused(t, ev2)
-		stop1()
-		stop2()
-		if err := held.Release(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		var w acquired
-		select {
-		case w = <-got1:
-		case a := <-got2:
-			t.Fatalf("round %d: the later waiter went first (%v)", round, a.err)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("round %d: nobody acquired within 5s", round)
-		}
-		if w.err != nil {
-			t.Fatal(w.err)
-		}
-		if err := w.l.Release(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		_ = await(t, got2, 5*time.Second).l.Release(t.Context())
-		waitQueuesEmpty(t, c, holder.cfg.lockKey("close"))
 	}
 }
 

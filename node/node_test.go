@@ -302,6 +302,21 @@ func TestStopAnswersEveryCommand(t *testing.T) {
 	_ = h.server.Resume()
 }
 
+// outcomes collects the next n votes' outcomes by round.
+func (h *harness) outcomes(n int) map[uint64]Outcome {
+	h.t.Helper()
+	got := map[uint64]Outcome{}
+	for range n {
+		select {
+		case v := <-h.votes:
+			got[v.Round] = v.Outcome
+		case <-time.After(10 * time.Second):
+			h.t.Fatalf("votes so far %v", got)
+		}
+	}
+	return got
+}
+
 // askUntil sends acquires until one gets want (or fails the test after
 // limit), and returns how long that took.
 func (h *harness) askUntil(key string, want Outcome, limit time.Duration) time.Duration {
@@ -505,15 +520,7 @@ func TestNoScriptKeepsIssueOrder(t *testing.T) {
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	got := map[uint64]Outcome{}
-	for range 3 {
-		select {
-		case v := <-h.votes:
-			got[v.Round] = v.Outcome
-		case <-time.After(10 * time.Second):
-			t.Fatalf("votes so far %v", got)
-		}
-	}
+	got := h.outcomes(3)
 	if got[4] != Granted {
 		t.Fatalf("votes %v: the retry acquire was not granted", got)
 	}
@@ -547,15 +554,7 @@ func TestSecondBatchLeavesKeysOnTheWire(t *testing.T) {
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	got := map[uint64]Outcome{}
-	for range 3 {
-		select {
-		case v := <-h.votes:
-			got[v.Round] = v.Outcome
-		case <-time.After(10 * time.Second):
-			t.Fatalf("votes so far %v", got)
-		}
-	}
+	got := h.outcomes(3)
 	if got[3] != Granted || got[4] != Granted {
 		t.Fatalf("votes %v, want both acquires granted", got)
 	}
