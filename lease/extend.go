@@ -43,7 +43,7 @@ func (a *leaseActor) holdOver() {
 
 func (a *leaseActor) startExtend() {
 	a.start = time.Now()
-	a.startVote(extending, a.extendCmd, nil)
+	a.startVote(extending, a.extendCmd, nil, a.start)
 }
 
 // onExtend runs a manual extension, or joins the round in flight. Past

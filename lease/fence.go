@@ -1,6 +1,10 @@
 package lease
 
-import "github.com/redlease/redlease/node"
+import (
+	"time"
+
+	"github.com/redlease/redlease/node"
+)
 
 // startFence follows a won acquire round of a fenced lease: the token is
 // one more than the largest fence counter the granting nodes reported, and
@@ -20,7 +24,7 @@ func (a *leaseActor) startFence() {
 	a.token++
 	// Nodes that did not grant are never asked: their acknowledgement
 	// would not count.
-	a.startVote(fencing, a.fenceCmd, granting)
+	a.startVote(fencing, a.fenceCmd, granting, time.Now())
 }
 
 func (a *leaseActor) fenceCmd(r node.Request) node.Command {

@@ -508,23 +508,24 @@ func (a *leaseActor) startRound(cause WakeCause) {
 	}
 	a.recheck = false
 	a.start = time.Now()
-	a.startVote(acquiring, a.acquireCmd, nil)
+	a.startVote(acquiring, a.acquireCmd, nil, a.start)
 }
 
 // startVote is the one way a counted round starts (acquire, fence,
 // extend): the actor moves to phase p and sends cmd to the nodes in to
 // (all when nil), counting the nodes not asked as refused, until the node
 // timeout. The round's validity counts from a.start, which the caller
-// sets (a fence round keeps its acquire round's).
-func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to []int) {
+// sets (a fence round keeps its acquire round's); now is when it starts:
+// one reading of the clock for the requests and the timeout.
+func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to []int, now time.Time) {
 	a.phase = p
 	n := len(a.cfg.Nodes)
 	a.tally = tally{n: n}
 	if to != nil {
 		a.tally.refused = n - len(to)
 	}
-	a.send(cmd, to)
-	a.setAlarm(time.Now().Add(a.cfg.NodeTimeout))
+	a.sendAt(cmd, to, now)
+	a.setAlarm(now.Add(a.cfg.NodeTimeout))
 }
 
 // releaseAll sends release to every node, in a round of its own: a key of
@@ -549,10 +550,15 @@ func (a *leaseActor) cleanUp(announce bool) {
 // send starts a new round: cmd to the nodes in to (all when nil), the same
 // message to each (node actors only read it).
 func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
+	a.sendAt(cmd, to, time.Now())
+}
+
+// sendAt is send, for a round that starts at now.
+func (a *leaseActor) sendAt(cmd func(node.Request) node.Command, to []int, now time.Time) {
 	a.round++
 	a.takeVotes()
 	clear(a.votes)
-	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: time.Now()})
+	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: now})
 	if to == nil {
 		for _, pid := range a.cfg.Nodes {
 			a.pool.system.Root.Send(pid, c)
