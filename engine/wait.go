@@ -157,11 +157,9 @@ func (ls *lines) join(resource, key, value string, ttl time.Duration) *turn {
 		l.idle = nil
 	}
 	t := &turn{ls: ls, line: l, since: since, value: value, ttl: ttl}
-	if k := l.kept; k != nil {
+	if k := l.takeKept(); k != nil {
 		// The place a release kept: queued already, by when the release
 		// was sent.
-		k.timer.Stop()
-		l.kept = nil
 		t.value, t.since, t.queued = k.value, k.since, true
 	}
 	if len(l.turns) > 0 {
@@ -363,11 +361,19 @@ func (ls *lines) forget(l *line) {
 
 // unkeepNow leaves l's kept place at once, under ls.mu.
 func (ls *lines) unkeepNow(l *line) {
-	if k := l.kept; k != nil {
-		k.timer.Stop()
-		l.kept = nil
+	if k := l.takeKept(); k != nil {
 		ls.leave(l.key, k.value, k.ttl)
 	}
+}
+
+// takeKept takes l's kept place, if any, off its timer; under ls.mu.
+func (l *line) takeKept() *kept {
+	k := l.kept
+	if k != nil {
+		k.timer.Stop()
+		l.kept = nil
+	}
+	return k
 }
 
 // released: a node announced a release on channel (hook of a watcher).

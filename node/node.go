@@ -230,7 +230,6 @@ type nodeActor struct {
 	used     [maxWire]bool
 	onWire   [maxWire]keySet
 	wires    int // how many batches may be on the wire: 1, or maxWire with Config.Overlap
-	inFlight int
 	alone    bool
 	stopping bool // nothing more goes on the wire
 	stats    counters
@@ -341,17 +340,17 @@ func (a *nodeActor) enqueue(e entry) {
 // answers again and while its key may live: a failed attempt's keys must
 // not outlive it.
 func (a *nodeActor) flush() {
-	if a.inFlight == a.wires || a.alone || a.stopping {
+	if a.inFlight() == a.wires || a.alone || a.stopping {
 		return
 	}
 	now := time.Now()
 	mark := a.health.epochDue(now)
-	if (a.health.probeDue || mark) && a.inFlight > 0 {
+	if (a.health.probeDue || mark) && a.inFlight() > 0 {
 		return // it goes alone, once the wire is clear
 	}
 	if a.health.probeDue {
 		a.health.probeDue = false
-		a.used[0], a.inFlight, a.alone = true, 1, true
+		a.used[0], a.alone = true, true
 		a.work <- job{probe: true, prev: a.health.checked, deadline: now.Add(a.probeTimeout())}
 		return
 	}
@@ -368,7 +367,7 @@ func (a *nodeActor) flush() {
 			busy[w] |= a.onWire[s][w]
 		}
 	}
-	if a.inFlight > 0 && len(a.queue) < overlapAt &&
+	if a.inFlight() > 0 && len(a.queue) < overlapAt &&
 		!slices.ContainsFunc(a.queue, func(e entry) bool { return e.urgent && !busy.has(e.keyBit) }) {
 		return
 	}
@@ -436,7 +435,6 @@ func (a *nodeActor) flush() {
 		j.mark, a.alone = a.health.checked.RunID, true
 	}
 	a.used[slot] = true
-	a.inFlight++
 	a.stats.onWire.Add(int64(len(batch)))
 	a.work <- j // never blocks: it holds as many jobs as may be on the wire
 }
@@ -444,8 +442,18 @@ func (a *nodeActor) flush() {
 // returned frees the wire's slot of a job that came back.
 func (a *nodeActor) returned(slot int) {
 	a.used[slot], a.onWire[slot] = false, keySet{}
-	a.inFlight--
 	a.alone = false
+}
+
+// inFlight is how many jobs are on the wire.
+func (a *nodeActor) inFlight() int {
+	n := 0
+	for _, used := range a.used {
+		if used {
+			n++
+		}
+	}
+	return n
 }
 
 // settle answers e unsent and reports whether it stays queued: a release

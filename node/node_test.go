@@ -570,7 +570,7 @@ func TestSecondBatchLeavesKeysOnTheWire(t *testing.T) {
 func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 	queue := func(urgent bool, keys ...string) *nodeActor {
 		a := &nodeActor{cfg: Config{Timeout: time.Minute, Quarantine: -1}, work: make(chan job, maxWire), wires: maxWire}
-		a.used[0], a.inFlight = true, 1
+		a.used[0] = true
 		a.onWire[0].add(keyBit("a"))
 		for i, key := range keys {
 			a.queue = append(a.queue, entry{op: opAcquire, req: &Request{Key: key, Round: uint64(i)},
@@ -591,8 +591,8 @@ func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 	if sent, held := names(j.batch), names(a.queue); sent != "[b1 c3]" || held != "[a0 a2]" {
 		t.Fatalf("sent %v and held %v, want [b1 c3] and [a0 a2]", sent, held)
 	}
-	if j.slot != 1 || a.inFlight != 2 {
-		t.Fatalf("slot %d, %d on the wire; want slot 1, 2", j.slot, a.inFlight)
+	if j.slot != 1 || a.inFlight() != 2 {
+		t.Fatalf("slot %d, %d on the wire; want slot 1, 2", j.slot, a.inFlight())
 	}
 	for _, a := range []*nodeActor{queue(false, "b", "c"), queue(true, "a")} {
 		a.flush()
