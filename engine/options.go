@@ -9,7 +9,37 @@ import (
 )
 
 // Option tunes one Acquire or TryAcquire call.
-type Option func(*options)
+//
+// It is a value rather than a function: applying a function to the
+// call's options would move them to the heap, an allocation per call.
+type Option struct {
+	set        optionKind
+	d          time.Duration // WithTTL's TTL, WithAutoExtend's maxHold
+	newBackOff func() backoff.BackOff
+}
+
+type optionKind uint8
+
+const (
+	setTTL optionKind = iota + 1
+	setAutoExtend
+	setFencing
+	setRetry
+)
+
+// apply sets what opt says in o; the zero Option sets nothing.
+func (opt Option) apply(o *options) {
+	switch opt.set {
+	case setTTL:
+		o.ttl = opt.d
+	case setAutoExtend:
+		o.autoExtend, o.maxHold = true, opt.d
+	case setFencing:
+		o.fencing = true
+	case setRetry:
+		o.newBackOff = opt.newBackOff
+	}
+}
 
 type options struct {
 	ttl        time.Duration
@@ -23,7 +53,7 @@ type options struct {
 // exceed the drift allowance (TTL·DriftFactor + 2ms) and Config.NodeTimeout,
 // and not exceed Config.MaxTTL.
 func WithTTL(d time.Duration) Option {
-	return func(o *options) { o.ttl = d }
+	return Option{set: setTTL, d: d}
 }
 
 // WithAutoExtend keeps the lease alive: the engine extends it on all nodes
@@ -35,7 +65,7 @@ func WithTTL(d time.Duration) Option {
 // bounds Lease.Extend on this lease, instead of Config.MaxHold. maxHold
 // must be positive: there are no unbounded leases.
 func WithAutoExtend(maxHold time.Duration) Option {
-	return func(o *options) { o.autoExtend, o.maxHold = true, maxHold }
+	return Option{set: setAutoExtend, d: maxHold}
 }
 
 // WithFencing gives the lease a fencing token (Lease.Token, Event.Token)
@@ -45,20 +75,20 @@ func WithAutoExtend(maxHold time.Duration) Option {
 // more round trip, to the granting nodes, before the lease is held. The
 // argument is in the documentation of package lease.
 func WithFencing() Option {
-	return func(o *options) { o.fencing = true }
+	return Option{set: setFencing}
 }
 
 // WithRetry replaces Config.RetryBackOff for this call: newBackOff makes the
 // schedule of waits between rounds (a factory, since a BackOff is stateful).
 // Config.RetryAttempts and the context still bound the attempts.
 func WithRetry(newBackOff func() backoff.BackOff) Option {
-	return func(o *options) { o.newBackOff = newBackOff }
+	return Option{set: setRetry, newBackOff: newBackOff}
 }
 
 func (e *Engine) options(opts []Option) (options, error) {
 	o := options{ttl: e.cfg.TTL, newBackOff: e.cfg.RetryBackOff}
 	for _, opt := range opts {
-		opt(&o)
+		opt.apply(&o)
 	}
 	if err := checkTTL(o.ttl, e.cfg.DriftFactor); err != nil {
 		return o, fmt.Errorf("redlease: WithTTL %w", err)
