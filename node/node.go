@@ -248,6 +248,7 @@ type wire struct {
 	ttl    millis       // TTLs as the scripts take them
 	script scriptArgs   // the batch script call it builds
 	out    actors.Batch // the votes of the batch it answers
+	ctx    *deadline    // the context of its batches; nil after one fired
 }
 
 func (a *nodeActor) Receive(ctx actor.Context) {
@@ -536,8 +537,13 @@ func (a *nodeActor) run(w *wire, j job) {
 // send puts one batch on the wire. It fails with errUnchecked, having sent
 // nothing, when rueidis would have had to redial.
 func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) error {
-	ctx, cancel := context.WithDeadline(context.Background(), j.deadline)
-	defer cancel()
+	ctx := w.ctx.arm(j.deadline)
+	w.ctx = nil
+	defer func() {
+		if ctx.disarm() {
+			w.ctx = ctx
+		}
+	}()
 	batch := j.batch
 	cmds := make(rueidis.Commands, 0, len(batch)+1)
 	if j.mark != "" {
