@@ -92,9 +92,13 @@ Workloads:
                a hold of -hold (default none), and the release.
                Also reports hand-offs, changes of holder: their count, and
                their latency from a holder's call to Release to the next
-               holder's (another worker's) acquire returning; and fairness,
-               the fewest acquisitions of a worker over the mean (1: fair,
-               0: a worker starved).
+               holder's (another worker's) acquire returning; "round", the
+               p50 of the client's own single-round acquire of a resource
+               nobody else wants, probed every 20ms during the run (an
+               uncontended round at the same load, to set a hand-off
+               against; the probes' commands, about 1% of the run's, count
+               in its costs); and fairness, the fewest acquisitions of a
+               worker over the mean (1: fair, 0: a worker starved).
   degraded     uncontended with 1 node dead, on the largest node count (at
                least 3), at 1 and 128 workers unless -workers says otherwise:
                shows what a dead minority costs next to the healthy
@@ -456,7 +460,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 
 	b.progress.begin(label)
 	b.progress.status("warming up; suite " + fmtLeft(b.left(i)))
-	warm, warmElapsed := drive(ctx, lks, r, b.warmup, 64)
+	warm, _, warmElapsed := drive(ctx, lks, r, b.warmup, 64)
 	if ctx.Err() != nil {
 		return Result{}, ctx.Err()
 	}
@@ -479,7 +483,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	writes := b.progress.tick(ctx, time.Now().Add(b.duration), func(runLeft time.Duration) string {
 		return fmtLeft(runLeft) + "; suite " + fmtLeft(runLeft+b.left(i+1))
 	})
-	stats, elapsed := drive(ctx, lks, r, b.duration, perWorker)
+	stats, probed, elapsed := drive(ctx, lks, r, b.duration, perWorker)
 	progressWrites := writes()
 	after, err := takeAfter(ctx, b.admin)
 	if err != nil {
@@ -488,7 +492,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	if ctx.Err() != nil {
 		return Result{}, ctx.Err()
 	}
-	res = summarize(r, len(b.addrs), stats, elapsed, before, after, progressWrites)
+	res = summarize(r, len(b.addrs), stats, probed, elapsed, before, after, progressWrites)
 	res.DeadNodes = dead
 	summary := fmt.Sprintf("%.0f cycles/s, acquire p99 %s, %d errors", res.CyclesPerS, fmtMicros(res.AcquireP99), res.Errors)
 	// redlease's view of the nodes: the dead one should be down, and

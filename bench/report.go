@@ -63,6 +63,10 @@ type Result struct {
 	HandoffP50 *float64 `json:"handoff_p50_us,omitempty"`
 	HandoffP99 *float64 `json:"handoff_p99_us,omitempty"`
 	Handoffs   *int     `json:"handoffs,omitempty"`
+	// RoundP50 (contended only): the client's single-round acquire of a
+	// resource nobody else wants, probed every 20ms during the run: an
+	// uncontended round at the same load (see probeWorker).
+	RoundP50 *float64 `json:"round_p50_us,omitempty"`
 	// Fairness (contended only): the fewest acquisitions of a worker over
 	// the mean; 1 is perfectly fair, 0 is a worker starved.
 	Fairness *float64 `json:"fairness,omitempty"`
@@ -89,7 +93,7 @@ type Result struct {
 }
 
 // summarize turns a run's samples and counters into its Result.
-func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, before, after snapshot, progressWrites int64) Result {
+func summarize(r run, nodes int, stats []workerStats, probed []time.Duration, elapsed time.Duration, before, after snapshot, progressWrites int64) Result {
 	acq := merge(stats, func(s *workerStats) []time.Duration { return s.acquire })
 	rel := merge(stats, func(s *workerStats) []time.Duration { return s.release })
 	res := Result{
@@ -114,6 +118,11 @@ func summarize(r run, nodes int, stats []workerStats, elapsed time.Duration, bef
 		p50, p99 := quantile(h, 0.50), quantile(h, 0.99)
 		n := len(h)
 		res.HandoffP50, res.HandoffP99, res.Handoffs = &p50, &p99, &n
+		if len(probed) > 0 {
+			slices.Sort(probed)
+			round := quantile(probed, 0.50)
+			res.RoundP50 = &round
+		}
 		f := fairness(stats)
 		res.Fairness = &f
 	}
@@ -207,23 +216,26 @@ func printTable(w io.Writer, results []Result) {
 }
 
 func printCompareTable(w io.Writer, results []Result) {
-	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %6s %7s %8s %8s %5s\n"
-	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %6.1f %7.1f %8s %8s %5s\n"
+	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %6s %7s %8s %8s %5s %5s\n"
+	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %6.1f %7.1f %8s %8s %5s %5s\n"
 	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process), cmds (commands the client sent, a script one; redlease: those its batch scripts carried) and calls (commands the nodes ran, a script's calls included) per acquire+release cycle;")
 	fmt.Fprintln(w, "contended (workers spread over -instances client instances): hand = hand-off from one holder's Release to another's acquire returning;")
-	fmt.Fprintln(w, "fair = fewest acquisitions of a worker / mean")
+	fmt.Fprintln(w, "round = p50 of the client's single-round acquire of a resource of its own, probed every 20ms during the contended run; fair = fewest acquisitions of a worker / mean")
 	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
-		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "cmds", "calls", "hand p50", "hand p99", "fair")
+		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "cmds", "calls", "hand p50", "hand p99", "round", "fair")
 	for _, r := range results {
-		h50, h99, fair := "-", "-", "-"
+		h50, h99, round, fair := "-", "-", "-", "-"
 		if r.HandoffP50 != nil && r.Handoffs != nil && *r.Handoffs > 0 {
 			h50, h99 = fmt.Sprintf("%.0f", *r.HandoffP50), fmt.Sprintf("%.0f", *r.HandoffP99)
+		}
+		if r.RoundP50 != nil {
+			round = fmt.Sprintf("%.0f", *r.RoundP50)
 		}
 		if r.Fairness != nil {
 			fair = fmt.Sprintf("%.2f", *r.Fairness)
 		}
 		fmt.Fprintf(w, rowFmt, clientLabel(r.Client), r.Workload, r.Nodes, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
-			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, r.Commands, r.NodeCommands, h50, h99, fair)
+			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, r.Commands, r.NodeCommands, h50, h99, round, fair)
 	}
 	if slices.ContainsFunc(results, func(r Result) bool { return singleNode[r.Client] }) {
 		fmt.Fprintln(w, singleNodeNote)
@@ -319,7 +331,8 @@ func strongest(peers []Result) Result {
 // printRatios writes, per row (node count, workload, workers), redlease's
 // cycles/s over the strongest peer's (the highest cycles/s of the row,
 // named) with both clients' CPU per cycle, then over each other peer's;
-// at 1 worker also redlease's acquire p50 over raw's and raw-tuned's.
+// at 1 worker also redlease's acquire p50 over raw's and raw-tuned's;
+// contended, redlease's hand-off p50 over its own round p50.
 // Above 1 is better for redlease, except for p50.
 func printRatios(w io.Writer, results []Result) {
 	header := false
@@ -346,6 +359,9 @@ func printRatios(w io.Writer, results []Result) {
 		}
 		if len(p50) > 0 {
 			line += "  [acquire p50 / " + strings.Join(p50, ", ") + "]"
+		}
+		if rl.HandoffP50 != nil && rl.RoundP50 != nil {
+			line += "  [redlease's hand p50 / its round p50 " + strings.TrimSpace(ratio(*rl.HandoffP50, *rl.RoundP50)) + "]"
 		}
 		fmt.Fprintln(w, line)
 	}

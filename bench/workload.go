@@ -58,11 +58,12 @@ type workerStats struct {
 }
 
 // drive runs r's workload on lks for d (worker w on lks[w mod len]), or until ctx ends, and returns each
-// worker's stats and the wall time until the last worker stopped. An
+// worker's stats, the probed rounds (contended: see probeWorker) and the
+// wall time until the last worker stopped. An
 // uncontended cycle started before the end runs to completion and counts;
 // a contended acquire cut short by the end is not counted, as a cycle or
 // as an error. perWorker sizes each worker's latency slices.
-func drive(ctx context.Context, lks []locker, r run, d time.Duration, perWorker int) ([]workerStats, time.Duration) {
+func drive(ctx context.Context, lks []locker, r run, d time.Duration, perWorker int) ([]workerStats, []time.Duration, time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	// The client's name in the key keeps runs of different clients apart
@@ -86,7 +87,12 @@ func drive(ctx context.Context, lks []locker, r run, d time.Duration, perWorker 
 	}
 
 	var wg sync.WaitGroup
+	var probed []time.Duration
 	start := time.Now()
+	if r.workload == contended {
+		probed = make([]time.Duration, 0, int(d/probeEvery)+1)
+		wg.Go(func() { probeWorker(ctx, lks[0], r.client+":probe", &probed) })
+	}
 	for w := range r.workers {
 		st, lk := &stats[w], lks[w%len(lks)]
 		if r.workload == contended {
@@ -96,7 +102,36 @@ func drive(ctx context.Context, lks []locker, r run, d time.Duration, perWorker 
 		}
 	}
 	wg.Wait()
-	return stats, time.Since(start)
+	return stats, probed, time.Since(start)
+}
+
+// probeEvery is how often a contended run probes the client's own
+// single-round acquire: rarely enough that the probes' commands are about
+// 1% of the run's.
+const probeEvery = 20 * time.Millisecond
+
+// probeWorker times, every probeEvery while the contended workers run, a
+// single-round acquire of a resource nobody else wants (then releases
+// it): the uncontended round at the same load, which a hand-off is
+// measured against. Its cycles are not the run's; its commands and CPU
+// count in the run's per-cycle costs.
+func probeWorker(ctx context.Context, lk locker, resource string, out *[]time.Duration) {
+	bg := context.WithoutCancel(ctx)
+	tick := time.NewTicker(probeEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t0 := time.Now()
+		l, err := lk.acquire(bg, resource, false)
+		took := time.Since(t0)
+		if err == nil && l.Release(bg) == nil {
+			*out = append(*out, took)
+		}
+	}
 }
 
 // uncontendedWorker cycles over its own resources w, w+W, w+2W, ... so no
