@@ -157,7 +157,9 @@ type Config struct {
 	// the caller's context. Default 32.
 	RetryAttempts int
 	// RetryBackOff makes the wait schedule between those rounds, one per
-	// call (a BackOff is stateful). Default: exponential from 2ms to
+	// call (a BackOff is stateful), when the call first waits: most calls
+	// never do (an ExponentialBackOff's MaxElapsedTime counts from that
+	// first wait). Default: exponential from 2ms to
 	// 250ms, doubling, each wait randomized by ±50%. backoff.Stop ends the
 	// retries.
 	RetryBackOff func() backoff.BackOff

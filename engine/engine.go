@@ -300,7 +300,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend,
 	}
 	if attempts > 1 {
-		cfg.BackOff = o.newBackOff()
+		cfg.NewBackOff = o.newBackOff
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.Deadline = dl

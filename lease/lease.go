@@ -40,9 +40,11 @@ type Config struct {
 	Key         string
 	Value       string // the owner's random value
 	TTL         time.Duration
-	NodeTimeout time.Duration   // bounds each round
-	Attempts    int             // acquire rounds at most (≥ 1)
-	BackOff     backoff.BackOff // wait between acquire rounds; nil: one round
+	NodeTimeout time.Duration // bounds each round
+	Attempts    int           // acquire rounds at most (≥ 1)
+	// NewBackOff makes the schedule of waits between acquire rounds, at
+	// the first wait (most acquires need none); nil: one round.
+	NewBackOff func() backoff.BackOff
 	// Deadline is the caller's, if any: a round that only quarantined
 	// nodes kept from a quorum gives up at once when their quarantine
 	// outlasts it, rather than wait for nothing.
@@ -262,9 +264,10 @@ type leaseActor struct {
 // parked lease has none of it (it is held, between rounds), so it lives
 // in the actor, and is zeroed when the actor lets go of the body.
 type bound struct {
-	attempts int     // acquire rounds
-	charged  int     // of them, those that count against Config.Attempts
-	heard    []heard // releases announced while acquiring
+	attempts int             // acquire rounds
+	charged  int             // of them, those that count against Config.Attempts
+	heard    []heard         // releases announced while acquiring
+	backOff  backoff.BackOff // Config.NewBackOff's, once a round failed
 	// The last release heard (its holder, and when), and the time from
 	// the one before it: about one hold and hand-off, lately.
 	lastHolder  string
@@ -716,7 +719,7 @@ func (a *leaseActor) hold() {
 	a.phase = held
 	// Acquiring is over: free what only it used, for as long as the lease
 	// is held.
-	a.cfg.BackOff, a.failedVotes, a.heard = nil, nil, nil
+	a.backOff, a.failedVotes, a.heard = nil, nil, nil
 	a.acquired = a.start
 	a.state.token = a.token
 	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL), a.atDeadline(nil))
@@ -749,7 +752,7 @@ func (a *leaseActor) roundFailed(cause error) {
 	// waits for them, and announcing them would wake waiters for nothing.
 	// One that timed out, or won too late, may hold a quorum.
 	a.cleanUp(cause != nil)
-	if cause == nil && a.cfg.Line != nil && a.cfg.BackOff != nil {
+	if cause == nil && a.cfg.Line != nil && a.cfg.NewBackOff != nil {
 		a.queue() // contended: the rounds from now on queue
 		switch {
 		case holder != "":
@@ -770,11 +773,11 @@ func (a *leaseActor) roundFailed(cause error) {
 	if !back.IsZero() && cause == nil {
 		cause = errQuarantine
 	}
-	if a.charged >= a.cfg.Attempts || a.cfg.BackOff == nil {
+	if a.charged >= a.cfg.Attempts || a.cfg.NewBackOff == nil {
 		a.giveUp(cause)
 		return
 	}
-	d := a.cfg.BackOff.NextBackOff()
+	d := a.nextBackOff()
 	if d == backoff.Stop {
 		a.giveUp(cause)
 		return
@@ -790,6 +793,15 @@ func (a *leaseActor) roundFailed(cause error) {
 	}
 	a.phase = backingOff
 	a.setAlarm(time.Now().Add(d))
+}
+
+// nextBackOff is the retry schedule's next wait, the schedule made at
+// the first.
+func (a *leaseActor) nextBackOff() time.Duration {
+	if a.backOff == nil {
+		a.backOff = a.cfg.NewBackOff()
+	}
+	return a.backOff.NextBackOff()
 }
 
 // wait waits for holder, who holds a quorum, to release (a *Wake) or for
@@ -813,7 +825,7 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 	if !wakes || at.IsZero() {
 		d := backoff.Stop
 		if a.charged < a.cfg.Attempts {
-			d = a.cfg.BackOff.NextBackOff()
+			d = a.nextBackOff()
 		}
 		switch {
 		case d == backoff.Stop && at.IsZero():

@@ -209,7 +209,7 @@ func TestStaleVotesIgnored(t *testing.T) {
 	f := newFakeNodes(t, 3)
 	reply, _ := spawn(f, Config{
 		TTL: 10 * time.Second, NodeTimeout: 100 * time.Millisecond, Attempts: 2,
-		BackOff: backoff.NewConstantBackOff(time.Millisecond),
+		NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) },
 	})
 	r1, to := round[*node.Acquire](t, f)
 	f.vote(to, 0, r1, node.Granted) // then nodes 1 and 2 stay silent: the round times out
@@ -228,6 +228,34 @@ func TestStaleVotesIgnored(t *testing.T) {
 	}
 	if res.Attempts != 2 || res.Votes[0].Outcome != node.Taken || res.Votes[1].Outcome != node.Taken {
 		t.Fatalf("result %+v: want 2 attempts and the last round's votes", res)
+	}
+}
+
+// The retry schedule is made when a lease first waits, once: a lease won
+// at its first round makes none.
+func TestBackOffMadeAtFirstWait(t *testing.T) {
+	f := newFakeNodes(t, 1)
+	made := 0
+	cfg := Config{TTL: 10 * time.Second, NodeTimeout: time.Second, Attempts: 3,
+		NewBackOff: func() backoff.BackOff { made++; return backoff.NewConstantBackOff(time.Millisecond) }}
+
+	reply, _ := spawn(f, cfg)
+	r, to := round[*node.Acquire](t, f)
+	f.vote(to, 0, r, node.Granted)
+	if res := result(t, reply); res.Err != nil || made != 0 {
+		t.Fatalf("won at once: err %v, %d schedules made; want none", res.Err, made)
+	}
+
+	reply, _ = spawn(f, cfg)
+	for range 2 {
+		r, to = round[*node.Acquire](t, f)
+		f.vote(to, 0, r, node.Failed)
+		round[*node.Release](t, f) // the failed round's cleanup
+	}
+	r, to = round[*node.Acquire](t, f)
+	f.vote(to, 0, r, node.Granted)
+	if res := result(t, reply); res.Err != nil || res.Attempts != 3 || made != 1 {
+		t.Fatalf("won at the third round: err %v, %d attempts, %d schedules made; want 1", res.Err, res.Attempts, made)
 	}
 }
 
@@ -410,7 +438,7 @@ func TestQuarantineWaitedOut(t *testing.T) {
 	f := newFakeNodes(t, 3)
 	reply, _ := spawn(f, Config{
 		TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 2,
-		BackOff: backoff.NewConstantBackOff(time.Millisecond),
+		NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) },
 	})
 	r1, to := round[*node.Acquire](t, f)
 	back := time.Now().Add(200 * time.Millisecond)
@@ -434,7 +462,7 @@ func TestQuarantineNotWaitedWhenNoHelp(t *testing.T) {
 	f := newFakeNodes(t, 3)
 	reply, _ := spawn(f, Config{
 		TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 2,
-		BackOff: backoff.NewConstantBackOff(time.Millisecond),
+		NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) },
 	})
 	r1, to := round[*node.Acquire](t, f)
 	f.vote(to, 1, r1, node.Taken)
@@ -464,7 +492,7 @@ func TestQuarantineNotWaitedPastBudget(t *testing.T) {
 		want error
 	}{
 		{"one attempt", Config{Attempts: 1}, errQuarantine},
-		{"past the deadline", Config{Attempts: 5, BackOff: backoff.NewConstantBackOff(time.Millisecond),
+		{"past the deadline", Config{Attempts: 5, NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Millisecond) },
 			Deadline: time.Now().Add(time.Minute)}, errQuarantinePastDeadline},
 	}
 	for _, tt := range tests {
@@ -532,7 +560,7 @@ func TestQuarantineEnd(t *testing.T) {
 func TestCleanupKeepsThePlaceInTheQueue(t *testing.T) {
 	f := newFakeNodes(t, 3)
 	reply, _ := spawn(f, Config{TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 2,
-		BackOff: backoff.NewConstantBackOff(time.Hour), QueueAtOnce: true, Since: 123})
+		NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }, QueueAtOnce: true, Since: 123})
 	r, to := round[*node.Acquire](t, f)
 	f.vote(to, 0, r, node.Granted)
 	f.vote(to, 1, r, node.Taken)
