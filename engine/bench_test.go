@@ -18,12 +18,13 @@ import (
 //
 //	go test -run '^$' -bench AcquireRelease -benchmem ./engine/
 //
-// Where the 19 allocations of a cycle go (5 nodes, 128 workers, from
+// Where the 15 allocations of a cycle go (5 nodes, 128 workers, from
 // -memprofile -memprofilerate 1), and why each is there:
 //   - 5 in Acquire: the lock key, the owner value (random, so new each
 //     time), the Lease the caller keeps, and the reply channel (a buffered
-//     channel is two: its header and its buffer).
-//   - 2 for context.AfterFunc, so that a cancelled ctx stops the retries.
+//     channel is two: its header and its buffer). The caller waits on its
+//     ctx beside the reply, so that a cancelled ctx stops the retries, at
+//     no cost (context.AfterFunc cost three).
 //   - 3 for the lease's State, its Stopped channel, which Release waits
 //     on besides its reply (made by that first call: a held lease has
 //     none until then), and the slice its events wait in until the holder
@@ -35,8 +36,9 @@ import (
 //   - 2 commands, one per round (acquire, release), each shared by the
 //     five node actors.
 //   - 3 in Release: its reply channel (two) and its message.
-//   - ~3 per batch in node and rueidis (the deadline context, the command
-//     slice), shared by every command of the batch.
+//   - a few per batch in node and rueidis (the command slice, the
+//     results), shared by every command of the batch: about 1 a cycle.
+//     (A node actor's sender reuses its batches' deadline context.)
 //
 // Votes (recycled), actor spawns (pooled), timers (one per actor, for its
 // alarm and its lease's deadline, made once and re-armed lazily), mailbox
@@ -46,9 +48,9 @@ import (
 // Nor does telemetry with the default no-op providers (see telemetry.go);
 // the otel=sdk cases measure its cost with the SDK recording everything.
 // The call=Acquire cases measure an uncontended Acquire, whose caller takes
-// a place in its resource's line: 4 allocations more (the line, the turn,
-// the line's slice of turns, the map's growth amortized), and no command
-// more.
+// a place in its resource's line: 3 allocations more (the line, the turn,
+// the line's slice of turns), and no command more; its retry schedule is
+// made only once it has to wait.
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, bc := range []struct {
 		nodes, workers int

@@ -347,15 +347,18 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		ref.Run()
 	}
 
-	stop := context.AfterFunc(ctx, func() {
-		ref.Post(&lease.Cancel{State: st, Cause: contextError(ctx)})
-	})
 	// The actor answers before it is done with the lease, however that
 	// comes about (a crash or a stop included): the reply is all there
-	// is to wait for. (Waiting on Stopped too would make that channel for
-	// every lease.)
-	r := <-reply
-	stop()
+	// is to wait for, and to a cancelled ctx the actor answers at once.
+	// (Waiting on Stopped too would make that channel for every lease;
+	// context.AfterFunc would cost three allocations a call.)
+	var r lease.Result
+	select {
+	case r = <-reply:
+	case <-ctx.Done():
+		ref.Post(&lease.Cancel{State: st, Cause: contextError(ctx)})
+		r = <-reply
+	}
 	if r.Err != nil {
 		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
 	}
