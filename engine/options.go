@@ -78,9 +78,10 @@ func WithFencing() Option {
 	return Option{set: setFencing}
 }
 
-// WithRetry replaces Config.RetryBackOff for this call: newBackOff makes the
-// schedule of waits between rounds (a factory, since a BackOff is stateful;
-// called when the call first waits). Config.RetryAttempts and the context still bound the attempts.
+// WithRetry replaces Config.RetryBackOff for this call: newBackOff makes
+// the schedule of waits between rounds (a factory, since a BackOff is
+// stateful; called when the call first waits). Config.RetryAttempts and
+// the context still bound the attempts.
 func WithRetry(newBackOff func() backoff.BackOff) Option {
 	return Option{set: setRetry, newBackOff: newBackOff}
 }
