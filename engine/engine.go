@@ -351,13 +351,18 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	// comes about (a crash or a stop included): the reply is all there
 	// is to wait for, and to a cancelled ctx the actor answers at once.
 	// (Waiting on Stopped too would make that channel for every lease;
-	// context.AfterFunc would cost three allocations a call.)
+	// context.AfterFunc would cost three allocations a call, and a
+	// select costs more than a receive when ctx cannot end.)
 	var r lease.Result
-	select {
-	case r = <-reply:
-	case <-ctx.Done():
-		ref.Post(&lease.Cancel{State: st, Cause: contextError(ctx)})
+	if done := ctx.Done(); done == nil {
 		r = <-reply
+	} else {
+		select {
+		case r = <-reply:
+		case <-done:
+			ref.Post(&lease.Cancel{State: st, Cause: contextError(ctx)})
+			r = <-reply
+		}
 	}
 	if r.Err != nil {
 		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
