@@ -118,7 +118,9 @@ func TestAcquireRelease(t *testing.T) {
 // only with hundreds of callers on five nodes.)
 func TestBusyEngineAnswersEveryCall(t *testing.T) {
 	c := startNodes(t, 5)
-	e := newEngine(t, c.Addrs())
+	// A node timeout that load (under -race, on 2 cores) never reaches:
+	// only a call nobody answers fails.
+	e := newEngine(t, c.Addrs(), func(cfg *Config) { cfg.NodeTimeout = 5 * time.Second })
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
 	const workers = 512
