@@ -123,6 +123,7 @@ func TestBusyEngineAnswersEveryCall(t *testing.T) {
 	e := newEngine(t, c.Addrs(), func(cfg *Config) { cfg.NodeTimeout = 5 * time.Second })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
+	calls := context.WithoutCancel(ctx) // a cycle started runs to its end
 	const workers = 256
 	var cycles atomic.Int64
 	var wg sync.WaitGroup
@@ -130,12 +131,12 @@ func TestBusyEngineAnswersEveryCall(t *testing.T) {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
 				resource := fmt.Sprintf("busy-%d-%d", w, i%4)
-				l, err := e.TryAcquire(context.WithoutCancel(ctx), resource)
+				l, err := e.TryAcquire(calls, resource)
 				if err != nil {
 					t.Errorf("TryAcquire %s: %v", resource, err)
 					return
 				}
-				if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+				if err := l.Release(calls); err != nil {
 					t.Errorf("Release %s: %v", resource, err)
 					return
 				}

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 )
 
@@ -15,8 +14,7 @@ import (
 type deadline struct {
 	context.Context // Background, for Value
 	at              time.Time
-	done            chan struct{}
-	fired           atomic.Bool
+	done            chan struct{} // closed when it fires
 	timer           *time.Timer
 }
 
@@ -25,7 +23,7 @@ type deadline struct {
 func (d *deadline) arm(at time.Time) *deadline {
 	if d == nil {
 		d = &deadline{Context: context.Background(), at: at, done: make(chan struct{})}
-		d.timer = time.AfterFunc(time.Until(at), d.fire)
+		d.timer = time.AfterFunc(time.Until(at), func() { close(d.done) })
 		return d
 	}
 	d.at = at
@@ -37,18 +35,15 @@ func (d *deadline) arm(at time.Time) *deadline {
 // be armed again: false when it fired, or is firing.
 func (d *deadline) disarm() bool { return d.timer.Stop() }
 
-func (d *deadline) fire() {
-	d.fired.Store(true) // before done closes: whoever sees it closed sees Err
-	close(d.done)
-}
-
 func (d *deadline) Deadline() (time.Time, bool) { return d.at, true }
 
 func (d *deadline) Done() <-chan struct{} { return d.done }
 
 func (d *deadline) Err() error {
-	if d.fired.Load() {
+	select {
+	case <-d.done:
 		return context.DeadlineExceeded
+	default:
+		return nil
 	}
-	return nil
 }

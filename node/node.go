@@ -538,10 +538,10 @@ func (a *nodeActor) run(w *wire, j job) {
 // nothing, when rueidis would have had to redial.
 func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) error {
 	ctx := w.ctx.arm(j.deadline)
-	w.ctx = nil
+	w.ctx = ctx
 	defer func() {
-		if ctx.disarm() {
-			w.ctx = ctx
+		if !ctx.disarm() {
+			w.ctx = nil // it fired: the next batch needs a new one
 		}
 	}()
 	batch := j.batch
