@@ -330,6 +330,10 @@ func fenceKey(lockKey string) string { return lockKey + ":fence" }
 // collide with a lock key, which holds braces.
 func (c *Config) epochKey() string { return c.KeyPrefix + "epoch" }
 
+// engineChannel is an engine's own channel (node.Config.Channel): random,
+// so that only this engine's watchers listen on it.
+func (c *Config) engineChannel() string { return c.KeyPrefix + "engine:" + newValue() }
+
 // clientOption is the rueidis option for one node; node.NewConn sets what
 // keeps commands in order.
 func (c *Config) clientOption(addr string) rueidis.ClientOption {

@@ -69,7 +69,7 @@ func New(cfg Config) (*Engine, error) {
 		e.ownSystem = true
 	}
 	e.tel = newTelemetry(e)
-	e.lines = newLines(e)
+	e.lines = newLines(e, cfg.engineChannel())
 	h := &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
 	e.hub = e.system.Root.Spawn(actors.Props(func() actor.Actor { return h }, e.dispatch))
 	for i, addr := range cfg.Nodes {
@@ -78,6 +78,7 @@ func New(cfg Config) (*Engine, error) {
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
 			First: infos[i], UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
+			Channel: e.lines.channel,
 			// On one node a hand-off waits for that node alone: a second
 			// batch on its wire saves it the wait (see node.maxWire).
 			Overlap: len(cfg.Nodes) == 1,
@@ -324,7 +325,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		// Queued on the nodes by when it joined the line, not when it
 		// became the head: callers of every engine go in the order
 		// they came, not engines in turn.
-		cfg.Since, cfg.QueueAtOnce = t.since.UnixMicro(), t.contended
+		cfg.Since, cfg.QueueAtOnce = t.since, t.contended
 	}
 
 	e.mu.Lock()

@@ -45,10 +45,18 @@ type Wakeups struct {
 // resource is watched, a local release hands the turn on through that
 // announcement too, so that the local next in line does not race ahead of
 // the other engines' waiters.
+//
+// A release that names a waiter next may also grant it the key
+// (node.Config.Channel): the engine's watchers listen on a channel of the
+// engine's own from the first wait on, so that a node grants the engine's
+// waiters only while it can tell them so.
 type lines struct {
 	e        *Engine
 	watchers []*node.Watcher
-	wakeups  [lease.WakeSplit + 1]atomic.Uint64
+	channel  string // the engine's own; watched from the first wait (listening)
+	// listening: the watchers were asked to listen on channel.
+	listening bool
+	wakeups   [lease.WakeSplit + 1]atomic.Uint64
 	// keepFor: how long a kept place waits for its caller; as long as
 	// the next caller after a local release waits to hear of it
 	// (NodeTimeout/YieldDivisor).
@@ -125,8 +133,8 @@ type turn struct {
 	gone   bool
 }
 
-func newLines(e *Engine) *lines {
-	ls := &lines{e: e, byKey: make(map[string]*line), keepFor: e.cfg.NodeTimeout / YieldDivisor}
+func newLines(e *Engine, channel string) *lines {
+	ls := &lines{e: e, channel: channel, byKey: make(map[string]*line), keepFor: e.cfg.NodeTimeout / YieldDivisor}
 	for i, addr := range e.cfg.Nodes {
 		ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, node.WatchHooks{
 			Released: func(channel, digest string) { ls.released(i, channel, digest) },
@@ -201,7 +209,7 @@ func (t *turn) started(st *lease.State, ref lease.Ref) {
 	if l := t.line; t.waitFirst && !l.releasing {
 		// What the last announcement said, for a head that came after it
 		// (a head still to hear one is woken by it, in released).
-		run = ls.wake(t, lease.WakeRelease, "", l.next, "", -1)
+		run = ls.wake(t, lease.WakeRelease, "", l.next, "", -1, false)
 	}
 	ls.mu.Unlock()
 	run.Run()
@@ -213,8 +221,8 @@ func (t *turn) started(st *lease.State, ref lease.Ref) {
 // zero Ref): on the goroutine that heard the announcement, rather than
 // handed to a dispatcher worker, since the head's next round is what the
 // other engines' waiters are waiting for.
-func (ls *lines) wake(t *turn, cause lease.WakeCause, holder, next, standby string, node int) lease.Ref {
-	if t.ref.Offer(&lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Standby: standby, Node: node}) {
+func (ls *lines) wake(t *turn, cause lease.WakeCause, holder, next, standby string, node int, granted bool) lease.Ref {
+	if t.ref.Offer(&lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Standby: standby, Node: node, Granted: granted}) {
 		return t.ref
 	}
 	return lease.Ref{}
@@ -233,6 +241,8 @@ func (t *turn) Wait(holder string, until time.Time) bool {
 		l.watch, l.acks, l.on = true, len(ls.watchers), make([]bool, len(ls.watchers))
 		l.channel = l.key + node.ReleasedSuffix
 	}
+	listen := !ls.listening
+	ls.listening = true
 	wakes := l.acks > 0 || slices.Contains(l.on, true)
 	ls.mu.Unlock()
 	if first {
@@ -240,6 +250,9 @@ func (t *turn) Wait(holder string, until time.Time) bool {
 			testHookBeforeWatch()
 		}
 		for _, w := range ls.watchers {
+			if listen {
+				w.Watch(ls.channel) // for as long as the watcher lives
+			}
 			w.Watch(l.channel)
 		}
 	}
@@ -380,6 +393,7 @@ func (l *line) takeKept() *kept {
 // Every node announces it: the head's actor tells the one that matters
 // (see lease.Wake).
 func (ls *lines) released(i int, channel, msg string) {
+	msg, granted := strings.CutSuffix(msg, node.GrantedSuffix)
 	holder, next, _ := strings.Cut(msg, " ")
 	next, standby, _ := strings.Cut(next, " ")
 	var run lease.Ref
@@ -392,7 +406,7 @@ func (ls *lines) released(i int, channel, msg string) {
 	}
 	l.releasing, l.next, l.heard = false, next, holder
 	if len(l.turns) > 0 && l.turns[0].ref.Started() && !l.turns[0].held.Load() {
-		run = ls.wake(l.turns[0], lease.WakeRelease, holder, next, standby, i)
+		run = ls.wake(l.turns[0], lease.WakeRelease, holder, next, standby, i, granted)
 	}
 }
 
@@ -416,7 +430,7 @@ func (ls *lines) watched(i int, channel string, ok bool) {
 		return
 	}
 	if head := l.turns[0]; recheck && head.ref.Started() && !head.held.Load() {
-		run = ls.wake(head, lease.WakeRecheck, "", "", "", -1)
+		run = ls.wake(head, lease.WakeRecheck, "", "", "", -1, false)
 	}
 }
 

@@ -866,3 +866,69 @@ func TestCloseWhileWaiting(t *testing.T) {
 		}
 	}
 }
+
+// A release grants the key to the waiter it names next (another engine's,
+// listening): on one node the waiter holds without a round of its own,
+// and its validity counts from when it began to wait, not from the
+// release; on three, it asks only the nodes that had not granted yet.
+func TestGrantedHandOff(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
+			c := startNodes(t, n)
+			a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+			called := time.Now()
+			held, got := holdAndWait(t, a, b, "grant")
+			time.Sleep(200 * time.Millisecond) // longer than the drift: a validity from the release shows
+			before := commandsSent(b)
+			w := releaseWakes(t, held, got)
+			if sent := commandsSent(b) - before; n == 1 && sent != 0 || sent >= uint64(n) {
+				t.Fatalf("the waiter sent %d commands to %d nodes after the release, want fewer than one per node (none on one)", sent, n)
+			}
+			if late := called.Add(b.cfg.TTL); w.l.Until().After(late) {
+				t.Fatalf("held until %v, after %v: its validity counts from later than the call", w.l.Until(), late)
+			}
+			if err := w.l.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// commandsSent is how many commands e sent to its nodes, all together.
+func commandsSent(e *Engine) uint64 {
+	var n uint64
+	for _, s := range e.Stats().Nodes {
+		n += s.Commands
+	}
+	return n
+}
+
+// A waiter whose engine no longer listens on its channel (its process
+// died, and its connections with it) is named next but not granted the
+// key: the waiter after it goes as it did before grants, instead of
+// waiting out a grant that nobody would use.
+func TestGoneWaiterNotGranted(t *testing.T) {
+	c := startNodes(t, 1)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	held, got := holdAndWait(t, a, b, "dead")
+	key := a.cfg.lockKey("dead") + ":queue"
+	gone := strings.Repeat("f", 40)
+	n := c.Nodes[0]
+	if _, err := n.Do(t.Context(), "ZADD", key, "1", gone); err != nil { // came first, then died
+		t.Fatal(err)
+	}
+	if _, err := n.Do(t.Context(), "HSET", key+":grants", gone, "10000 "+a.cfg.KeyPrefix+"engine:gone x"); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w := await(t, got, 5*time.Second)
+	if d := w.at.Sub(released); d > 3*time.Second {
+		t.Fatalf("acquired %v after the release: the gone waiter was granted the key", d)
+	}
+	if err := w.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -62,12 +62,13 @@ type Config struct {
 	// Rounds it was woken for do not count against Attempts.
 	Line Line
 	// Since is when the caller began to wait (with a Line): nodes queue a
-	// refused waiter by it (node.Acquire.Since), and release
+	// refused waiter by it (node.Acquire.Since, in Unix microseconds:
+	// callers a few hundred µs apart are in order), and release
 	// announcements name the next waiter. Rounds carry it from the first
 	// refusal on, or from the first round with QueueAtOnce (the resource
-	// is known to be contended). In Unix microseconds, as the nodes take
-	// it (callers a few hundred µs apart are in order); 0: none.
-	Since       int64
+	// is known to be contended). A grant (Wake.Granted) counts from it:
+	// no node could grant the lease before. Zero: none.
+	Since       time.Time
 	QueueAtOnce bool
 	// WaitFirst: begin by waiting, for a *Wake or at most
 	// NodeTimeout/YieldDivisor,
@@ -502,6 +503,13 @@ func (a *leaseActor) stopped() {
 // backoff's); rounds a release, an expiry or a recheck woke are not
 // charged against Attempts.
 func (a *leaseActor) startRound(cause WakeCause) {
+	a.count(cause)
+	a.start = time.Now()
+	a.startVote(acquiring, a.acquireCmd, nil, a.start)
+}
+
+// count counts an acquire round that cause woke.
+func (a *leaseActor) count(cause WakeCause) {
 	a.attempts++
 	if cause == 0 || cause == WakeFallback {
 		a.charged++
@@ -510,8 +518,59 @@ func (a *leaseActor) startRound(cause WakeCause) {
 		a.cfg.Line.Woke(cause)
 	}
 	a.recheck = false
-	a.start = time.Now()
-	a.startVote(acquiring, a.acquireCmd, nil, a.start)
+}
+
+// grantable reports whether m is a grant to this lease that may count as
+// node m.Node's vote (Wake.Granted): the lease is not fenced (a grant
+// brings no token), and it began to wait recently enough that a validity
+// counted from then is worth having; otherwise its round (that node
+// answers it as to the key's owner) brings a fresh one.
+func (a *leaseActor) grantable(m *Wake) bool {
+	return m.Granted && m.Node >= 0 && m.Next == a.digest() && a.cfg.FenceKey == "" &&
+		!a.cfg.Since.IsZero() && time.Since(a.cfg.Since) < a.cfg.TTL/ExtendDivisor
+}
+
+// startGranted starts the round that node i's grant woke: the grant is
+// its vote, and the round asks the other nodes alone (on one node, it is
+// won at once). The round's validity counts from Config.Since, before
+// which no node can have granted the lease: a grant's announcement may
+// come late, and the key's TTL runs from the grant.
+func (a *leaseActor) startGranted(i int) {
+	a.count(WakeRelease)
+	a.start = a.cfg.Since
+	n := len(a.cfg.Nodes)
+	var buf [16]int
+	to := buf[:0]
+	for j := range n {
+		if j != i {
+			to = append(to, j)
+		}
+	}
+	if len(to) > 0 {
+		a.startVote(acquiring, a.acquireCmd, to, time.Now())
+		a.tally.refused-- // node i, not asked: its grant is its vote
+	} else {
+		a.phase, a.tally = acquiring, tally{n: n}
+		a.round++
+		a.takeVotes()
+		clear(a.votes)
+	}
+	a.countGrant(i)
+}
+
+// countGrant counts node i's grant as its vote in the round in flight,
+// unless the node answered first; the round's validity then counts from
+// Config.Since (see startGranted).
+func (a *leaseActor) countGrant(i int) {
+	if a.votes[i].Outcome != 0 {
+		return
+	}
+	a.votes[i] = node.Vote{Node: i, Round: a.round, Outcome: node.Granted}
+	if a.cfg.Since.Before(a.start) {
+		a.start = a.cfg.Since
+	}
+	a.tally.add(node.Granted)
+	a.decide()
 }
 
 // startVote is the one way a counted round starts (acquire, fence,
@@ -617,7 +676,7 @@ func (a *leaseActor) extendCmd(r node.Request) node.Command {
 func (a *leaseActor) releaseCmd(r node.Request) node.Command {
 	c := &node.Release{Request: r, TTL: a.cfg.TTL}
 	if a.since != "" {
-		c.Successor, c.SuccessorSince = a.digest(), a.since
+		c.Successor, c.SuccessorSince = a.cfg.Value, a.since
 	}
 	return c
 }
@@ -644,7 +703,7 @@ func (a *leaseActor) ReleaseQueueing(since time.Time, value string) {
 func (a *leaseActor) handOffCmd(r node.Request) node.Command {
 	c := a.finalReleaseCmd(r).(*node.Release)
 	if a.successor != "" {
-		c.Successor, c.SuccessorSince = node.Digest(a.successor), strconv.FormatInt(a.successorSince, 10)
+		c.Successor, c.SuccessorSince = a.successor, strconv.FormatInt(a.successorSince, 10)
 	}
 	return c
 }
@@ -664,6 +723,9 @@ func (a *leaseActor) vote(v *node.Vote) {
 	if v.Round != a.round || a.votes == nil {
 		return // from an earlier round, or from one decided already (dropVotes)
 	}
+	if a.votes[v.Node].Outcome != 0 {
+		return // counted already: the node's grant (countGrant)
+	}
 	a.votes[v.Node] = *v
 	if a.debug {
 		a.cfg.Logger.Debug("redlease: vote", "resource", a.cfg.Resource, "node", v.Node,
@@ -672,23 +734,28 @@ func (a *leaseActor) vote(v *node.Vote) {
 	switch a.phase {
 	case acquiring, fencing:
 		a.tally.add(v.Outcome)
-		switch {
-		case a.tally.won() && a.tooSlow(time.Since(a.start)):
-			a.roundFailed(errTooSlow)
-		case a.tally.won() && a.phase == acquiring && a.cfg.FenceKey != "":
-			a.startFence()
-		case a.tally.won():
-			a.hold()
-		case a.tally.lost() && a.phase == fencing:
-			a.roundFailed(errFenceRefused)
-		case a.tally.lost():
-			a.roundFailed(nil)
-		}
+		a.decide()
 	case extending:
 		a.tally.add(v.Outcome)
 		a.extendVote()
 	case releasing:
 		a.answerRelease(false)
+	}
+}
+
+// decide moves an acquire or fence round on once its tally settles it.
+func (a *leaseActor) decide() {
+	switch {
+	case a.tally.won() && a.tooSlow(time.Since(a.start)):
+		a.roundFailed(errTooSlow)
+	case a.tally.won() && a.phase == acquiring && a.cfg.FenceKey != "":
+		a.startFence()
+	case a.tally.won():
+		a.hold()
+	case a.tally.lost() && a.phase == fencing:
+		a.roundFailed(errFenceRefused)
+	case a.tally.lost():
+		a.roundFailed(nil)
 	}
 }
 
@@ -862,6 +929,9 @@ func (a *leaseActor) onWake(m *Wake) {
 	switch a.phase {
 	case waiting:
 		switch {
+		case a.grantable(m):
+			a.clearAlarm()
+			a.startGranted(m.Node) // named next, and granted the key
 		case m.Cause == WakeRecheck, m.Next != "" && m.Next == a.digest():
 			a.clearAlarm()
 			a.startRound(m.Cause) // a recheck, or named next: go
@@ -909,8 +979,11 @@ func (a *leaseActor) onWake(m *Wake) {
 		a.clearAlarm()
 		a.startRound(m.Cause)
 	case acquiring, fencing:
-		if m.Cause == WakeRecheck {
+		switch {
+		case m.Cause == WakeRecheck:
 			a.recheck = true
+		case a.phase == acquiring && a.grantable(m):
+			a.countGrant(m.Node) // another node's grant, as the round goes
 		}
 	}
 }
@@ -918,8 +991,8 @@ func (a *leaseActor) onWake(m *Wake) {
 // queue has the rounds from now on carry Since: refused, they put the
 // lease in the nodes' queues of waiters.
 func (a *leaseActor) queue() {
-	if a.since == "" && a.cfg.Since != 0 {
-		a.since = strconv.FormatInt(a.cfg.Since, 10)
+	if a.since == "" && !a.cfg.Since.IsZero() {
+		a.since = strconv.FormatInt(a.cfg.Since.UnixMicro(), 10)
 	}
 }
 

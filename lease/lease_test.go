@@ -560,7 +560,7 @@ func TestQuarantineEnd(t *testing.T) {
 func TestCleanupKeepsThePlaceInTheQueue(t *testing.T) {
 	f := newFakeNodes(t, 3)
 	reply, _ := spawn(f, Config{TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 2,
-		NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }, QueueAtOnce: true, Since: 123})
+		NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }, QueueAtOnce: true, Since: time.UnixMicro(123)})
 	r, to := round[*node.Acquire](t, f)
 	f.vote(to, 0, r, node.Granted)
 	f.vote(to, 1, r, node.Taken)
@@ -571,9 +571,9 @@ func TestCleanupKeepsThePlaceInTheQueue(t *testing.T) {
 		if !ok {
 			t.Fatalf("node %d got %T, want the cleanup *node.Release", got.node, got.cmd)
 		}
-		if rel.Successor != node.Digest("v") || rel.SuccessorSince != "123" {
+		if rel.Successor != "v" || rel.SuccessorSince != "123" {
 			t.Fatalf("node %d: cleanup queues %q since %q, want the lease itself (%q) since 123",
-				got.node, rel.Successor, rel.SuccessorSince, node.Digest("v"))
+				got.node, rel.Successor, rel.SuccessorSince, "v")
 		}
 	}
 	select {

@@ -82,6 +82,9 @@ type Wake struct {
 	// Standby (WakeRelease): the waiter after Next, who stands in for it
 	// should it not come ("": none).
 	Standby string
+	// Granted (WakeRelease): the release set the key on Node to Next's
+	// value, as Next's acquire would have (see node.Config.Channel).
+	Granted bool
 }
 
 // Close tells the actor that the engine closes: release the held lease

@@ -2,8 +2,10 @@
 -- that a command costs the node a few Redis calls rather than a script
 -- call of its own.
 -- KEYS[1] the epoch key; ARGV[1] the epoch marker acquires require (the run
--- id of this server process), or '' for none. Then, per command, its code
--- in ARGV and its keys and arguments after those of the command before:
+-- id of this server process), or '' for none; ARGV[2] the channel of the
+-- engine that sends the batch (see grants below), or '' for none. Then,
+-- per command, its code in ARGV and its keys and arguments after those of
+-- the command before:
 --   a  acquire          KEYS lock;        ARGV value, TTL
 --   w  acquire, queueing KEYS lock;       ARGV value, TTL, since
 --   A  fenced acquire   KEYS lock, fence; ARGV value, TTL, since
@@ -12,8 +14,8 @@
 --   r  release, announced                 ARGV value
 --   l  release, announced, leaving the queue: ARGV value
 --   s  release          KEYS lock;        ARGV value, announce, leave,
---                                         then since, SHA1, TTL of a
---                                         successor to queue (SHA1 '': none)
+--                                         then since, value, TTL of a
+--                                         successor to queue (value '': none)
 --   q  queue            KEYS lock;        ARGV value, since, TTL
 --   f  fence            KEYS lock, fence; ARGV value, token
 -- The common commands (a, d, r, l) carry no argument they do not use: each
@@ -63,6 +65,20 @@
 -- since a server may deny it (an ACL without channels): the release
 -- stands.
 --
+-- Grants. A waiter that joins the queue through a batch of an engine that
+-- listens on a channel of its own (ARGV[2]; acquires with since, queue,
+-- and successors) leaves its value, TTL and that channel in
+-- <lock key>:grants, which nobody but this script reads: values stay
+-- secret, announcements carry only their SHA1s. A release that names it
+-- next, the key free, also sets the key to its value with its TTL, as
+-- its own acquire would, and the announcement ends with " g": the waiter
+-- holds the key without a round of its own, from a moment it knows to be
+-- earlier (when it began to wait). It does so only when the epoch marker
+-- is the one the releasing batch requires (as for an acquire), and only
+-- while the waiter's engine listens on its channel on this node: a waiter
+-- whose process died (its connections closed) is only named, and the one
+-- after it goes as before, rather than wait for the grant to expire.
+--
 -- queue puts the caller in the queue of waiters without asking for the
 -- lock (1): a waiter that is to let the waiters named before it go first
 -- takes its place among them at once.
@@ -71,16 +87,37 @@
 -- lowering it) only while this owner holds the lock key: 1; else 0.
 
 -- Each call runs this body again, closures included, so it defines only
--- what a command needs more than once: run, join, step; and runAll, so
+-- what a command needs more than once: run, epochHolds, join, leaves,
+-- step; and runAll, so
 -- that a batch costs one pcall rather than one per command.
 
 local epochOK = nil -- whether the marker is the one required, read once
 
-local function join(queue, since, member, ttl)
+local function epochHolds()
+  if epochOK == nil then
+    epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1]
+  end
+  return epochOK
+end
+
+-- join puts member in queue; with value (grantable, see Grants), in the
+-- queue's grants too.
+local function join(queue, since, member, ttl, value)
   redis.call('ZADD', queue, 'NX', since, member, 'inf', '~')
   if redis.call('PTTL', queue) < 2 * tonumber(ttl) then
     redis.call('PEXPIRE', queue, 2 * tonumber(ttl))
   end
+  if value and ARGV[2] ~= '' then
+    local grants = queue .. ':grants'
+    redis.call('HSET', grants, member, ttl .. ' ' .. ARGV[2] .. ' ' .. value)
+    redis.call('PEXPIRE', grants, 2 * tonumber(ttl))
+  end
+end
+
+-- leaves takes member out of queue and its grants.
+local function leaves(queue, member)
+  redis.call('ZREM', queue, member)
+  redis.call('HDEL', queue .. ':grants', member)
 end
 
 -- run runs the command coded c whose keys start at KEYS[k] and whose
@@ -92,21 +129,19 @@ local function run(c, k, a)
     if c ~= 'a' then
       since = ARGV[a + 2]
     end
-    if epochOK == nil then
-      epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1]
-    end
-    if not epochOK then
+    if not epochHolds() then
       return -1
     end
     if redis.call('SET', lock, value, 'NX', 'PX', ttl) then
       if since ~= '' then
-        redis.call('ZREM', lock .. ':queue', redis.sha1hex(value))
+        leaves(lock .. ':queue', redis.sha1hex(value))
       end
     else
       local holder = redis.call('GET', lock)
       if holder ~= value then
         if since ~= '' then
-          join(lock .. ':queue', since, redis.sha1hex(value), ttl)
+          -- A fenced waiter needs its round for the counter: no grant.
+          join(lock .. ':queue', since, redis.sha1hex(value), ttl, c == 'w' and value)
         end
         return {0, redis.call('PTTL', lock), redis.sha1hex(holder)}
       end
@@ -141,10 +176,10 @@ local function run(c, k, a)
     local me = nil
     if leave and queued then
       me = redis.sha1hex(value)
-      redis.call('ZREM', queue, me)
+      leaves(queue, me)
     end
     if c == 's' and queued and ARGV[a + 4] ~= '' then
-      join(queue, ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+      join(queue, ARGV[a + 3], redis.sha1hex(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 4])
     end
     local holder = redis.call('GET', lock)
     local deleted = holder == value
@@ -154,17 +189,30 @@ local function run(c, k, a)
     if announce and queued and (deleted or (me and not holder)) then
       local first = redis.call('ZRANGE', queue, 0, 1)
       local next, standby = first[1] or '~', first[2] or '~'
+      local granted = ''
       if next == '~' then
         next = ''
       else
         redis.call('ZREM', queue, next)
+        -- A grant (see Grants): "ttl channel value".
+        local grants = queue .. ':grants'
+        local g = redis.call('HGET', grants, next)
+        if g then
+          redis.call('HDEL', grants, next)
+          local s1 = string.find(g, ' ', 1, true)
+          local s2 = string.find(g, ' ', s1 + 1, true)
+          if epochHolds() and redis.call('PUBSUB', 'NUMSUB', string.sub(g, s1 + 1, s2 - 1))[2] > 0
+              and redis.call('SET', lock, string.sub(g, s2 + 1), 'NX', 'PX', string.sub(g, 1, s1 - 1)) then
+            granted = ' g'
+          end
+        end
       end
       if standby == '~' then
         standby = ''
       end
       if deleted or next ~= '' then
         redis.pcall('PUBLISH', lock .. ':released',
-          (deleted and (me or redis.sha1hex(value)) or '') .. ' ' .. next .. ' ' .. standby)
+          (deleted and (me or redis.sha1hex(value)) or '') .. ' ' .. next .. ' ' .. standby .. granted)
       end
     end
     if deleted then
@@ -172,7 +220,7 @@ local function run(c, k, a)
     end
     return 0
   elseif c == 'q' then
-    join(lock .. ':queue', ARGV[a + 1], redis.sha1hex(value), ARGV[a + 2])
+    join(lock .. ':queue', ARGV[a + 1], redis.sha1hex(value), ARGV[a + 2], value)
     return 1
   elseif c == 'f' then
     if redis.call('GET', lock) ~= value then
@@ -188,7 +236,7 @@ local function run(c, k, a)
 end
 
 local out, m = {}, 0
-local k, a, n = 2, 2, #ARGV
+local k, a, n = 2, 3, #ARGV
 
 -- step moves k and a past the command coded c: its keys and arguments.
 local function step(c)

@@ -86,11 +86,13 @@ type Release struct {
 	// leaves it), and of the one after it, who stands in for it; a waiter
 	// not in the queue is "". With Leave, and the key free, the release
 	// announces that the owner left (it may have been named next), with
-	// no holder: the next waiter goes instead.
+	// no holder: the next waiter goes instead. When the release also set
+	// the key to the next waiter's value (a grant: see Config.Channel),
+	// the message ends with " g" (GrantedSuffix).
 	Announce bool
 	Leave    bool // the owner leaves the queue of waiters too
 	// Successor, if set, is the caller next in the owner's engine's line
-	// for Key (its value's Digest), or a place kept for the engine's
+	// for Key (its owner value), or a place kept for the engine's
 	// next caller, waiting since SuccessorSince (Unix
 	// microseconds): the release puts it in the queue of waiters, as its
 	// refused Acquire would, before naming the next waiter, so that it is
@@ -103,6 +105,10 @@ type Release struct {
 // ReleasedSuffix makes a lock key's release channel (Release.Announce); it
 // keeps the key's hash tag.
 const ReleasedSuffix = ":released"
+
+// GrantedSuffix ends a release announcement whose release granted the key
+// to the next waiter it names (Release.Announce).
+const GrantedSuffix = " g"
 
 // Digest names an owner value as a refused Acquire's Vote.Holder and a
 // release announcement do: its SHA1, in hex.

@@ -40,6 +40,11 @@ type Config struct {
 	// UnsafeEviction: a node that may evict lock keys (Info.Evicts) grants
 	// all the same.
 	UnsafeEviction bool
+	// Channel is the engine's own channel, on which its Watchers listen:
+	// the waiters its commands queue leave their values for a release to
+	// grant them the key while the engine listens there (see batch.lua,
+	// Grants; Release.Announce). "": no grants.
+	Channel string
 	// Overlap lets a second batch go on the wire while one is out, with
 	// the commands a hand-off waits for (see maxWire). For an engine of
 	// one node.
@@ -552,7 +557,7 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	}
 	skip := len(cmds)
 	for c := range chunks(len(batch)) {
-		cmds = append(cmds, w.script.build(client, chunkOf(batch, c), false, a.cfg.EpochKey, j.epoch, &w.ttl))
+		cmds = append(cmds, w.script.build(client, chunkOf(batch, c), false, a.cfg.EpochKey, j.epoch, a.cfg.Channel, &w.ttl))
 	}
 	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)
@@ -578,7 +583,7 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	if i := firstNoScript(results); i >= 0 {
 		cmds = cmds[:0]
 		for c := i; c < chunks(len(batch)); c++ {
-			cmds = append(cmds, w.script.build(client, chunkOf(batch, c), true, a.cfg.EpochKey, j.epoch, &w.ttl))
+			cmds = append(cmds, w.script.build(client, chunkOf(batch, c), true, a.cfg.EpochKey, j.epoch, a.cfg.Channel, &w.ttl))
 		}
 		copy(results[i:], client.DoMulti(ctx, cmds...))
 	}

@@ -71,7 +71,7 @@ func TestQueueAnnouncements(t *testing.T) {
 	acquire("holder2", "", Granted)
 	do(&Release{Request: req("c"), TTL: ttl, Announce: true, Leave: true}, Taken) // the key is held: silent
 	acquire("c", "300", Taken)
-	do(&Release{Request: req("holder2"), TTL: ttl, Announce: true, Leave: true, Successor: d("s"), SuccessorSince: "50"}, Granted)
+	do(&Release{Request: req("holder2"), TTL: ttl, Announce: true, Leave: true, Successor: "s", SuccessorSince: "50"}, Granted)
 	expect(d("holder2") + " " + d("s") + " " + d("c"))
 
 	// s acquires, releases: c is named, and nobody after it.
@@ -85,5 +85,126 @@ func TestQueueAnnouncements(t *testing.T) {
 	}
 	if got, ok := members.([]any); !ok || len(got) != 1 || got[0] != "~" {
 		t.Fatalf("queue %v at the end, want only its end mark", members)
+	}
+}
+
+// A release that names a waiter next grants it the key while the
+// waiter's engine listens on its channel: the announcement ends with
+// GrantedSuffix, the key holds the waiter's value with the waiter's TTL,
+// and announcements carry digests only. A waiter whose engine does not
+// listen (its process died), a fenced one (it needs its round for the
+// counter) and any after the epoch marker changed are only named.
+func TestGrants(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: 10 * time.Second, Channel: "engine-a", First: &Info{}})
+	heard := make(chan string, 16)
+	w := NewWatcher(rueidis.ClientOption{InitAddress: []string{h.server.Addr()}}, time.Second, WatchHooks{
+		Released: func(_, msg string) { heard <- msg },
+		Watched: func(_ string, ok bool) {
+			if !ok {
+				t.Error("the watcher could not subscribe")
+			}
+			heard <- "watched"
+		},
+		Lost: func() {},
+	})
+	defer w.Close()
+	listen := func(channel string) {
+		t.Helper()
+		w.Watch(channel)
+		if got := <-heard; got != "watched" {
+			t.Fatalf("heard %q before the subscription", got)
+		}
+	}
+	listen("k" + ReleasedSuffix)
+	round := uint64(0)
+	do := func(cmd Command, want Outcome) {
+		t.Helper()
+		if v := h.ask(cmd); v.Outcome != want {
+			t.Fatalf("%T of %q: %v, want %v", cmd, cmd.request().Value, v.Outcome, want)
+		}
+	}
+	req := func(value string) Request { round++; return h.req("k", value, round) }
+	acquire := func(value, since string, ttl time.Duration, want Outcome) {
+		t.Helper()
+		do(&Acquire{Request: req(value), TTL: ttl, Since: since}, want)
+	}
+	release := func(value string, want Outcome) {
+		t.Helper()
+		do(&Release{Request: req(value), TTL: 10 * time.Second, Announce: true, Leave: true}, want)
+	}
+	expect := func(want string) {
+		t.Helper()
+		select {
+		case got := <-heard:
+			if got != want {
+				t.Fatalf("announced %q, want %q", got, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("nothing announced, want %q", want)
+		}
+	}
+	holds := func(want string, ttl time.Duration) {
+		t.Helper()
+		got, err := h.server.Do(t.Context(), "GET", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want == "" && got != nil || want != "" && got != want {
+			t.Fatalf("the key holds %v, want %q", got, want)
+		}
+		if want == "" {
+			return
+		}
+		pttl, err := h.server.Do(t.Context(), "PTTL", "k")
+		if ms, ok := pttl.(int64); err != nil || !ok || ms > ttl.Milliseconds() || ms < ttl.Milliseconds()-1000 {
+			t.Fatalf("the key's PTTL is %v (%v), want about %v", pttl, err, ttl)
+		}
+	}
+	d := Digest
+
+	// Nobody listens on the engine's channel: w1 is only named.
+	acquire("holder", "", 10*time.Second, Granted)
+	acquire("w1", "100", 7*time.Second, Taken)
+	release("holder", Granted)
+	expect(d("holder") + " " + d("w1") + " ")
+	holds("", 0)
+
+	// Listening, w1 is granted the key with its TTL; then w2 after it.
+	listen("engine-a")
+	acquire("holder", "", 10*time.Second, Granted)
+	acquire("w1", "100", 7*time.Second, Taken)
+	acquire("w2", "200", 5*time.Second, Taken)
+	release("holder", Granted)
+	expect(d("holder") + " " + d("w1") + " " + d("w2") + GrantedSuffix)
+	holds("w1", 7*time.Second)
+	acquire("w1", "100", 7*time.Second, Granted) // its round finds it its own
+	release("w1", Granted)
+	expect(d("w1") + " " + d("w2") + " " + GrantedSuffix)
+	holds("w2", 5*time.Second)
+
+	// A fenced waiter is only named.
+	do(&Acquire{Request: req("w3"), TTL: 10 * time.Second, FenceKey: "k:fence", Since: "300"}, Taken)
+	release("w2", Granted)
+	expect(d("w2") + " " + d("w3") + " ")
+	holds("", 0)
+
+	// Nor is a waiter once the epoch marker is another process's.
+	acquire("holder", "", 10*time.Second, Granted)
+	acquire("w4", "400", 10*time.Second, Taken)
+	if _, err := h.server.Do(t.Context(), "SET", epochKey, "another"); err != nil {
+		t.Fatal(err)
+	}
+	release("holder", Granted)
+	expect(d("holder") + " " + d("w4") + " ")
+	holds("", 0)
+
+	// The grants leave nothing behind but the queue's end mark's
+	// companions: no value of a waiter granted, named or gone.
+	left, err := h.server.Do(t.Context(), "HGETALL", "k:queue:grants")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := left.([]any); ok && len(got) > 0 {
+		t.Fatalf("grants left behind: %v", got)
 	}
 }

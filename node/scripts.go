@@ -65,10 +65,12 @@ type scriptArgs struct {
 }
 
 // build returns the batch script's call for batch (EVALSHA, or with full
-// EVAL): acquires require the epoch marker epoch unless it is "".
-func (s *scriptArgs) build(c rueidis.Client, batch []entry, full bool, epochKey, epoch string, ttl *millis) rueidis.Completed {
+// EVAL): acquires (and grants) require the epoch marker epoch unless it is
+// ""; the waiters it queues are granted while the engine listens on
+// channel (Config.Channel).
+func (s *scriptArgs) build(c rueidis.Client, batch []entry, full bool, epochKey, epoch, channel string, ttl *millis) rueidis.Completed {
 	s.keys = append(s.keys[:0], epochKey)
-	s.args = append(s.args[:0], epoch)
+	s.args = append(s.args[:0], epoch, channel)
 	for i := range batch {
 		s.add(&batch[i], ttl)
 	}

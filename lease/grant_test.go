@@ -1,0 +1,163 @@
+package lease
+
+import (
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/cenkalti/backoff/v4"
+
+	"github.com/redlease/redlease/node"
+)
+
+// waitLine is a Line that can always wake its lease (see Line.Wait).
+type waitLine struct{}
+
+func (waitLine) Wait(string, time.Time) bool { return true }
+func (waitLine) Woke(WakeCause)              {}
+func (waitLine) Len() int                    { return 1 }
+func (waitLine) Done(bool)                   {}
+func (waitLine) HandOff(r Releaser)          { r.ReleaseQueueing(time.Time{}, "") }
+
+// startWaiting starts a lease that waits on n nodes since since: its first
+// round finds another owner holding them all. It returns the lease's
+// Ref and State and its reply.
+func startWaiting(t *testing.T, f *fakeNodes, cfg Config) (Ref, *State, chan Result) {
+	t.Helper()
+	reply := make(chan Result, 1)
+	cfg.Key, cfg.Value, cfg.Resource, cfg.Reply = "k", "v", "r", reply
+	cfg.TTL, cfg.NodeTimeout, cfg.Attempts, cfg.Line = 10*time.Second, 10*time.Second, 1, waitLine{}
+	cfg.NewBackOff = func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }
+	ref, st := start(NewPool(f.system, nil, 0, f.shared()), cfg)
+	r, to := round[*node.Acquire](t, f)
+	for i := range f.pids {
+		f.system.Root.Send(to, &node.Vote{Node: i, Round: r, Outcome: node.Taken, Holder: node.Digest("h"),
+			Until: time.Now().Add(time.Hour)})
+	}
+	for range f.pids {
+		if got := f.next(t); !isRelease(got.cmd) {
+			t.Fatalf("node %d got %T, want the failed round's cleanup", got.node, got.cmd)
+		}
+	}
+	return ref, st, reply
+}
+
+func isRelease(c node.Command) bool { _, ok := c.(*node.Release); return ok }
+
+// grantFrom is node i's announcement that it granted the key to the
+// lease valued "v".
+func grantFrom(st *State, i int) *Wake {
+	return &Wake{State: st, Cause: WakeRelease, Holder: node.Digest("h"), Node: i, Next: node.Digest("v"), Granted: true}
+}
+
+// quiet fails if a node gets a command within a moment.
+func (f *fakeNodes) quiet(t *testing.T) {
+	t.Helper()
+	select {
+	case got := <-f.cmds:
+		t.Fatalf("node %d got %T", got.node, got.cmd)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// On one node, a grant is the lease: held without a round, its validity
+// counted from when the caller began to wait (the grant's announcement
+// may come late; the key's TTL runs from the grant, which came after).
+func TestGrantHoldsWithoutARound(t *testing.T) {
+	f := newFakeNodes(t, 1)
+	since := time.Now().Add(-100 * time.Millisecond)
+	ref, st, reply := startWaiting(t, f, Config{Since: since})
+	ref.Post(grantFrom(st, 0))
+	if r := result(t, reply); r.Err != nil {
+		t.Fatalf("not held: %v", r.Err)
+	}
+	f.quiet(t)
+	if want := since.Add(10*time.Second - Drift(10*time.Second, 0.01)); !st.Until().Equal(want) {
+		t.Fatalf("held until %v, want %v: from since", st.Until(), want)
+	}
+}
+
+// On three nodes, a grant asks the other two alone; another node's grant
+// while they answer makes the quorum, and their answers come too late to
+// count twice.
+func TestGrantsMakeAQuorum(t *testing.T) {
+	f := newFakeNodes(t, 3)
+	since := time.Now().Add(-100 * time.Millisecond)
+	ref, st, reply := startWaiting(t, f, Config{Since: since})
+	ref.Post(grantFrom(st, 1))
+	var r uint64
+	var to *actor.PID
+	asked := map[int]bool{}
+	for range 2 {
+		got := f.next(t)
+		if _, ok := got.cmd.(*node.Acquire); !ok {
+			t.Fatalf("node %d got %T, want *node.Acquire", got.node, got.cmd)
+		}
+		asked[got.node] = true
+		r, to = requestOf(got.cmd).Round, requestOf(got.cmd).ReplyTo
+	}
+	if asked[1] || len(asked) != 2 {
+		t.Fatalf("asked nodes %v, want 0 and 2: node 1 granted", asked)
+	}
+	ref.Post(grantFrom(st, 2))
+	if res := result(t, reply); res.Err != nil {
+		t.Fatalf("not held: %v", res.Err)
+	}
+	f.vote(to, 2, r, node.Taken) // late: node 2's grant counted
+	f.vote(to, 0, r, node.Taken)
+	if want := since.Add(10*time.Second - Drift(10*time.Second, 0.01)); !st.Until().Equal(want) {
+		t.Fatalf("held until %v, want %v: from since", st.Until(), want)
+	}
+	if err := st.Err(); err != nil {
+		t.Fatalf("the lease ended: %v", err)
+	}
+}
+
+// A grant is only named next for a lease that began to wait too long ago
+// (its validity from then would be short) and for a fenced one (a grant
+// brings no token): each runs its round, which the granting node answers
+// as to the key's owner.
+func TestGrantNotCounted(t *testing.T) {
+	for name, c := range map[string]Config{
+		"waited long": {Since: time.Now().Add(-5 * time.Second)},
+		"fenced":      {Since: time.Now(), FenceKey: "k:fence"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeNodes(t, 1)
+			ref, st, reply := startWaiting(t, f, c)
+			ref.Post(grantFrom(st, 0))
+			round[*node.Acquire](t, f)
+			select {
+			case r := <-reply:
+				t.Fatalf("answered %+v before its round", r)
+			default:
+			}
+		})
+	}
+}
+
+// A node whose grant counted answers the round too: its answer does not
+// count a second time.
+func TestGrantCountsOnce(t *testing.T) {
+	f := newFakeNodes(t, 5)
+	ref, st, reply := startWaiting(t, f, Config{Since: time.Now()})
+	ref.Post(grantFrom(st, 0))
+	var r uint64
+	var to *actor.PID
+	for range 4 {
+		got := f.next(t)
+		r, to = requestOf(got.cmd).Round, requestOf(got.cmd).ReplyTo
+	}
+	ref.Post(grantFrom(st, 1))
+	f.vote(to, 1, r, node.Granted) // counted already
+	f.vote(to, 2, r, node.Taken)
+	select {
+	case res := <-reply:
+		t.Fatalf("answered %+v with two grants of five", res)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.vote(to, 3, r, node.Granted)
+	if res := result(t, reply); res.Err != nil {
+		t.Fatalf("not held: %v", res.Err)
+	}
+}
