@@ -165,9 +165,12 @@ func (ls *lines) join(resource, key, value string, ttl time.Duration) *turn {
 		l.idle = nil
 	}
 	t := &turn{ls: ls, line: l, since: since, value: value, ttl: ttl}
-	if k := l.takeKept(); k != nil {
+	if l.kept != nil && l.kept.ttl == ttl {
 		// The place a release kept: queued already, by when the release
-		// was sent.
+		// was sent. Only for a lease of the TTL it was kept with: a
+		// release may grant the place the key with that TTL. (A caller
+		// with another leaves it to its timer.)
+		k := l.takeKept()
 		t.value, t.since, t.queued = k.value, k.since, true
 	}
 	if len(l.turns) > 0 {
@@ -288,11 +291,11 @@ func (t *turn) HandOff(r lease.Releaser) {
 	defer ls.mu.Unlock()
 	switch {
 	case len(l.turns) == 0 || l.turns[0] != t:
-		r.ReleaseQueueing(time.Time{}, "")
+		r.ReleaseQueueing(time.Time{}, "", 0)
 	case len(l.turns) > 1:
 		s := l.turns[1]
 		s.queued = true
-		r.ReleaseQueueing(s.since, s.value)
+		r.ReleaseQueueing(s.since, s.value, s.ttl)
 	case l.watch && slices.Contains(l.on, true):
 		k := l.kept
 		if k == nil {
@@ -300,9 +303,9 @@ func (t *turn) HandOff(r lease.Releaser) {
 			k.timer = time.AfterFunc(ls.keepFor, func() { ls.unkeep(l, k) })
 			l.kept = k
 		}
-		r.ReleaseQueueing(k.since, k.value)
+		r.ReleaseQueueing(k.since, k.value, k.ttl)
 	default:
-		r.ReleaseQueueing(time.Time{}, "")
+		r.ReleaseQueueing(time.Time{}, "", 0)
 	}
 }
 

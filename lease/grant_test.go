@@ -17,7 +17,7 @@ func (waitLine) Wait(string, time.Time) bool { return true }
 func (waitLine) Woke(WakeCause)              {}
 func (waitLine) Len() int                    { return 1 }
 func (waitLine) Done(bool)                   {}
-func (waitLine) HandOff(r Releaser)          { r.ReleaseQueueing(time.Time{}, "") }
+func (waitLine) HandOff(r Releaser)          { r.ReleaseQueueing(time.Time{}, "", 0) }
 
 // startWaiting starts a lease that waits on n nodes since since: its first
 // round finds another owner holding them all. It returns the lease's
@@ -79,7 +79,7 @@ func TestGrantHoldsWithoutARound(t *testing.T) {
 
 // On three nodes, a grant asks the other two alone; another node's grant
 // while they answer makes the quorum, and their answers come too late to
-// count twice.
+// count twice. (The waiting round failed at nodes 0 and 1's refusals.)
 func TestGrantsMakeAQuorum(t *testing.T) {
 	f := newFakeNodes(t, 3)
 	since := time.Now().Add(-100 * time.Millisecond)
@@ -99,12 +99,12 @@ func TestGrantsMakeAQuorum(t *testing.T) {
 	if asked[1] || len(asked) != 2 {
 		t.Fatalf("asked nodes %v, want 0 and 2: node 1 granted", asked)
 	}
-	ref.Post(grantFrom(st, 2))
+	ref.Post(grantFrom(st, 0))
 	if res := result(t, reply); res.Err != nil {
 		t.Fatalf("not held: %v", res.Err)
 	}
-	f.vote(to, 2, r, node.Taken) // late: node 2's grant counted
-	f.vote(to, 0, r, node.Taken)
+	f.vote(to, 0, r, node.Taken) // late: node 0's grant counted
+	f.vote(to, 2, r, node.Taken)
 	if want := since.Add(10*time.Second - Drift(10*time.Second, 0.01)); !st.Until().Equal(want) {
 		t.Fatalf("held until %v, want %v: from since", st.Until(), want)
 	}
@@ -133,6 +133,41 @@ func TestGrantNotCounted(t *testing.T) {
 			default:
 			}
 		})
+	}
+}
+
+// A failed round's cleanup keeps a grant on the nodes that refused the
+// round (a key of the lease there can only be a grant) and deletes the
+// lease's key elsewhere; a grant from those nodes no longer counts, since
+// the cleanup may have deleted it before its announcement came.
+func TestCleanupKeepsGrants(t *testing.T) {
+	f := newFakeNodes(t, 3)
+	reply := make(chan Result, 1)
+	ref, st := start(NewPool(f.system, nil, 0, f.shared()), Config{Key: "k", Value: "v", Resource: "r", Reply: reply,
+		TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, Line: waitLine{}, Since: time.Now(),
+		NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }})
+	r, to := round[*node.Acquire](t, f)
+	for _, i := range []int{0, 2} {
+		f.system.Root.Send(to, &node.Vote{Node: i, Round: r, Outcome: node.Taken, Holder: node.Digest("h"),
+			Until: time.Now().Add(time.Hour)})
+	}
+	f.vote(to, 1, r, node.Granted) // too late: refused at two
+	for range f.pids {
+		got := f.next(t)
+		rel, ok := got.cmd.(*node.Release)
+		if !ok {
+			t.Fatalf("node %d got %T, want the cleanup", got.node, got.cmd)
+		}
+		if rel.Keep != 1|1<<2 {
+			t.Fatalf("the cleanup keeps grants on nodes %b, want 101: the refusing ones", rel.Keep)
+		}
+	}
+	ref.Post(grantFrom(st, 1))
+	round[*node.Acquire](t, f) // named, not granted: a round on every node
+	select {
+	case res := <-reply:
+		t.Fatalf("answered %+v before its round", res)
+	default:
 	}
 }
 

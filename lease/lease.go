@@ -107,7 +107,8 @@ type Line interface {
 	// HandOff calls r.ReleaseQueueing, which sends the held lease's
 	// release, with the caller after this one in the line for it to put
 	// in the nodes' queues of waiters (node.Release.Successor): since is
-	// when it began to wait, value its owner value ("": nobody waits).
+	// when it began to wait, value its owner value ("": nobody waits),
+	// ttl its lease's TTL, which a release that grants it the key sets.
 	// That caller cannot leave the line meanwhile, so that if it leaves,
 	// its leave reaches the nodes after the release that queued it.
 	HandOff(r Releaser)
@@ -115,7 +116,7 @@ type Line interface {
 
 // Releaser sends a held lease's release (see Line.HandOff).
 type Releaser interface {
-	ReleaseQueueing(since time.Time, value string)
+	ReleaseQueueing(since time.Time, value string, ttl time.Duration)
 }
 
 // WakeJitter bounds the random delay between hearing a release and the
@@ -268,6 +269,8 @@ type bound struct {
 	attempts int             // acquire rounds
 	charged  int             // of them, those that count against Config.Attempts
 	heard    []heard         // releases announced while acquiring
+	noGrant  uint64          // nodes (nodeBit) where its cleanups may delete: their grants do not count
+	keep     uint64          // nodes (nodeBit) where the cleanup keeps a grant (cleanUp)
 	backOff  backoff.BackOff // Config.NewBackOff's, once a round failed
 	// The last release heard (its holder, and when), and the time from
 	// the one before it: about one hold and hand-off, lately.
@@ -276,7 +279,8 @@ type bound struct {
 	releaseGap  time.Duration
 	// The caller next in line that the final release queues (HandOff).
 	successor      string
-	successorSince int64  // Unix microseconds
+	successorSince int64 // Unix microseconds
+	successorTTL   time.Duration
 	waitingFor     string // waiting: the holder in the way ("": any)
 	cause          error  // why acquiring failed
 	failedVotes    []node.Vote
@@ -522,12 +526,13 @@ func (a *leaseActor) count(cause WakeCause) {
 
 // grantable reports whether m is a grant to this lease that may count as
 // node m.Node's vote (Wake.Granted): the lease is not fenced (a grant
-// brings no token), and it began to wait recently enough that a validity
-// counted from then is worth having; otherwise its round (that node
-// answers it as to the key's owner) brings a fresh one.
+// brings no token), it sent that node no deletion since it began (see
+// cleanUp), and it began to wait recently enough that a validity counted
+// from then is worth having; otherwise its round (that node answers it as
+// to the key's owner) brings a fresh one.
 func (a *leaseActor) grantable(m *Wake) bool {
 	return m.Granted && m.Node >= 0 && m.Next == a.digest() && a.cfg.FenceKey == "" &&
-		!a.cfg.Since.IsZero() && time.Since(a.cfg.Since) < a.cfg.TTL/ExtendDivisor
+		a.noGrant&nodeBit(m.Node) == 0 && !a.cfg.Since.IsZero() && time.Since(a.cfg.Since) < a.cfg.TTL/ExtendDivisor
 }
 
 // startGranted starts the round that node i's grant woke: the grant is
@@ -596,12 +601,27 @@ func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to 
 // acquiring.
 func (a *leaseActor) releaseAll() { a.send(a.finalReleaseCmd, nil) }
 
-// cleanUp deletes a failed acquire round's keys on every node, as
-// releaseAll does: a grant may be on its way from any of them; announce:
-// announce the deletions. The lease keeps its place in the queues of
-// waiters, and takes it back where it lost it (releaseCmd): it may go on
-// acquiring (giveUp leaves them).
+// cleanUp releases the failed acquire round's keys (a.failedVotes) on
+// every node, as releaseAll does: a grant may be on its way from any of
+// them; announce: announce the deletions. A node that refused the round
+// (another owner's key) set no key of it: a key of the lease there now is
+// a release's grant (Wake.Granted), which the release keeps
+// (node.Release.Keep), since deleting it would take it back unknown to
+// the lease, whose announcement may still come, and to the waiters after
+// it, whom nobody would name. The nodes where the release may delete one
+// count no grant for the rest of the lease (noGrant). The lease keeps its
+// place in the queues of waiters, and takes it back where it lost it
+// (releaseCmd): it may go on acquiring (giveUp leaves them).
 func (a *leaseActor) cleanUp(announce bool) {
+	a.keep = 0
+	for i, v := range a.failedVotes {
+		if v.Outcome == node.Taken {
+			a.keep |= nodeBit(i)
+		} else {
+			a.noGrant |= nodeBit(i)
+		}
+	}
+	a.keep &^= a.noGrant // past the 64th node, a bit is shared: delete there
 	if announce {
 		a.send(a.announcedReleaseCmd, nil)
 	} else {
@@ -674,9 +694,9 @@ func (a *leaseActor) extendCmd(r node.Request) node.Command {
 // lease goes on waiting; without its place there, that node would name a
 // later waiter next.
 func (a *leaseActor) releaseCmd(r node.Request) node.Command {
-	c := &node.Release{Request: r, TTL: a.cfg.TTL}
+	c := &node.Release{Request: r, TTL: a.cfg.TTL, Keep: a.keep}
 	if a.since != "" {
-		c.Successor, c.SuccessorSince = a.cfg.Value, a.since
+		c.Successor, c.SuccessorSince, c.SuccessorTTL = a.cfg.Value, a.since, a.cfg.TTL
 	}
 	return c
 }
@@ -694,8 +714,8 @@ func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 // ReleaseQueueing implements Releaser: releaseAll, queueing the caller
 // next in line too (an interface rather than a closure: a release costs
 // no allocation for it).
-func (a *leaseActor) ReleaseQueueing(since time.Time, value string) {
-	a.successorSince, a.successor = since.UnixMicro(), value
+func (a *leaseActor) ReleaseQueueing(since time.Time, value string, ttl time.Duration) {
+	a.successorSince, a.successor, a.successorTTL = since.UnixMicro(), value, ttl
 	a.send(a.handOffCmd, nil)
 }
 
@@ -704,6 +724,7 @@ func (a *leaseActor) handOffCmd(r node.Request) node.Command {
 	c := a.finalReleaseCmd(r).(*node.Release)
 	if a.successor != "" {
 		c.Successor, c.SuccessorSince = a.successor, strconv.FormatInt(a.successorSince, 10)
+		c.SuccessorTTL = a.successorTTL
 	}
 	return c
 }

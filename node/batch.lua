@@ -15,7 +15,8 @@
 --   l  release, announced, leaving the queue: ARGV value
 --   s  release          KEYS lock;        ARGV value, announce, leave,
 --                                         then since, value, TTL of a
---                                         successor to queue (value '': none)
+--                                         successor to queue (value '': none),
+--                                         keep
 --   q  queue            KEYS lock;        ARGV value, since, TTL
 --   f  fence            KEYS lock, fence; ARGV value, token
 -- The common commands (a, d, r, l) carry no argument they do not use: each
@@ -59,7 +60,9 @@
 -- its stead, with no holder: " <next> <after it>". A successor (the next
 -- caller in the owner's engine's line, or a place kept for its next
 -- caller) joins the queue first, as its refused acquire would, so that the
--- announcement can name it. An
+-- announcement can name it. Keeping (s with keep: a failed round's
+-- cleanup on a node that refused the round), a key that the owner holds
+-- is a release's grant: it stays, and nothing else is done (0). An
 -- uncontended announced release costs one EXISTS more; a silent one (d)
 -- none. PUBLISH goes through pcall,
 -- since a server may deny it (an ACL without channels): the release
@@ -166,6 +169,9 @@ local function run(c, k, a)
     local announce, leave = c == 'r' or c == 'l', c == 'l'
     if c == 's' then
       announce, leave = ARGV[a + 1] == '1', ARGV[a + 2] == '1'
+      if ARGV[a + 6] == '1' and redis.call('GET', lock) == value then
+        return 0 -- a grant, kept
+      end
     end
     -- Only a release that announces, leaves or queues a successor looks
     -- at the queue: a silent one (d, a failed round's cleanup) need not.
@@ -250,7 +256,7 @@ local function step(c)
   elseif c == 'a' or c == 'e' or c == 'f' then
     a = a + 3
   elseif c == 's' then
-    a = a + 7
+    a = a + 8
   else
     a = a + 4
   end

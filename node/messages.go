@@ -100,6 +100,15 @@ type Release struct {
 	// has a queue. A failed acquire round's cleanup names its own lease
 	// here, to take back its place where a grant or a naming took it out.
 	Successor, SuccessorSince string
+	// SuccessorTTL is the successor's lease TTL: a release that grants it
+	// the key sets that TTL (which its validity counts on), and its place
+	// in the queue outlives it twice.
+	SuccessorTTL time.Duration
+	// Keep has bit i (i < 63; bit 63 for the rest) set for the nodes,
+	// by Config.Index, where the key is not deleted when Value holds it:
+	// a failed round's cleanup on a node that refused the round, where a
+	// key of Value can only be a release's grant (see batch.lua, Grants).
+	Keep uint64
 }
 
 // ReleasedSuffix makes a lock key's release channel (Release.Announce); it

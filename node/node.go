@@ -167,8 +167,10 @@ type entry struct {
 	leave    bool // a release that leaves the queue of waiters
 	// since: an acquire that queues, when its caller began to wait (ms);
 	// a release with a successor, when the successor did.
-	since     string
-	successor string // a release's Release.Successor
+	since        string
+	successor    string        // a release's Release.Successor
+	successorTTL time.Duration // and its SuccessorTTL
+	keep         bool          // a release that keeps a grant (Release.Keep)
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
 	silent bool
@@ -319,8 +321,13 @@ func (a *nodeActor) command(msg any) {
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:
+		successorTTL := m.SuccessorTTL
+		if successorTTL <= 0 {
+			successorTTL = m.TTL
+		}
 		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave,
-			successor: m.Successor, since: m.SuccessorSince})
+			successor: m.Successor, since: m.SuccessorSince, successorTTL: successorTTL,
+			keep: m.Keep&(1<<min(a.cfg.Index, 63)) != 0})
 	}
 }
 

@@ -181,6 +181,10 @@ func TestGrants(t *testing.T) {
 	release("w1", Granted)
 	expect(d("w1") + " " + d("w2") + " " + GrantedSuffix)
 	holds("w2", 5*time.Second)
+	// A cleanup that keeps grants (w2's round was refused here, say)
+	// leaves the key to w2.
+	do(&Release{Request: req("w2"), TTL: 5 * time.Second, Successor: "w2", SuccessorSince: "200", Keep: 1}, Taken)
+	holds("w2", 5*time.Second)
 
 	// A fenced waiter is only named.
 	do(&Acquire{Request: req("w3"), TTL: 10 * time.Second, FenceKey: "k:fence", Since: "300"}, Taken)

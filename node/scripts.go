@@ -86,11 +86,12 @@ func (s *scriptArgs) add(e *entry, ttl *millis) {
 	switch {
 	case e.op == opAcquire && e.since != "":
 		code = "w"
-	case e.op == opRelease && e.successor == "" && e.announce && e.leave:
+	case e.op == opRelease && (e.successor != "" || e.keep):
+	case e.op == opRelease && e.announce && e.leave:
 		code = "l"
-	case e.op == opRelease && e.successor == "" && e.announce:
+	case e.op == opRelease && e.announce:
 		code = "r"
-	case e.op == opRelease && e.successor == "" && !e.leave:
+	case e.op == opRelease && !e.leave:
 		code = "d"
 	}
 	s.keys = append(s.keys, e.req.Key)
@@ -108,7 +109,7 @@ func (s *scriptArgs) add(e *entry, ttl *millis) {
 		s.args = append(s.args, ttl.format(e.ttl))
 	case opRelease:
 		if code == "s" {
-			s.args = append(s.args, flag(e.announce), flag(e.leave), e.since, e.successor, ttl.format(e.ttl))
+			s.args = append(s.args, flag(e.announce), flag(e.leave), e.since, e.successor, ttl.format(e.successorTTL), flag(e.keep))
 		}
 	case opQueue:
 		s.args = append(s.args, e.since, ttl.format(e.ttl))

@@ -1,8 +1,10 @@
 // Package safety checks redlease's guarantees on real Redis nodes while it
 // breaks them. Several engines with many goroutines each contend for a few
 // resources; every holder records its holding (resource, owner value,
-// acquired-at, Until, token) on this process's monotonic clock and writes
-// to a fenced in-memory store. Meanwhile Run injects faults, one at a
+// acquired-at, Until, token) on this process's monotonic clock, and the
+// holders of the even resources write to a fenced in-memory store (those
+// of the odd ones are not fenced: a release grants the key to the next
+// waiter only when its lease is not). Meanwhile Run injects faults, one at a
 // time, each kind once per round in random order (see Kinds):
 //
 //   - kill+restart: a node killed with -9 and restarted without its data;

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -640,4 +641,77 @@ func waitProbes(t *testing.T, n *redisproc.Node, k int) {
 	for start := infos(); infos() < start+k*sections+sections-1; {
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// A release grants the key to the waiter it names next, and tells it so
+// in an announcement that a slow link delays (here by 150ms): the waiter
+// must count its validity from before the grant (when it began to wait),
+// not from the announcement, or it holds past its key's expiry, when the
+// waiter after it (on a quick link) takes the key.
+func TestScheduleLateGrantAnnouncement(t *testing.T) {
+	c := redisproc.Start(t, 1)
+	seedEpoch(t, c)
+	p, err := NewProxy(c.Nodes[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 2 * time.Second}
+	slow := cfg
+	slow.Nodes = []string{p.Addr()}
+	a, b, late := newEngine(t, cfg), newEngine(t, slow), newEngine(t, cfg)
+	h := newHolders(t, c, "late")
+	var mu sync.Mutex // h.leases, from the acquiring goroutines
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s after 5s", what)
+			}
+		}
+	}
+	waiting := func(e *engine.Engine) func() bool {
+		return func() bool { s := e.Stats(); return s.Waiters["late"] == 1 && s.Wakeups.Recheck >= 1 }
+	}
+	noPolling := engine.WithRetry(func() backoff.BackOff { return backoff.NewConstantBackOff(time.Minute) })
+	acquire := func(name string, e *engine.Engine) <-chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l, err := e.Acquire(t.Context(), "late", noPolling)
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+				return
+			}
+			h.rec.Held("late", name, l.Value(), time.Now(), l.Until(), 0)
+			mu.Lock()
+			h.leases[name] = l
+			mu.Unlock()
+		}()
+		return done
+	}
+
+	la, err := a.Acquire(t.Context(), "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ha := h.rec.Held("late", "a", la.Value(), time.Now(), la.Until(), 0)
+	bDone := acquire("b", b)
+	waitFor("b waiting", waiting(b))
+	time.Sleep(20 * time.Millisecond) // b's place in the queue before late's
+	lateDone := acquire("late", late)
+	waitFor("late waiting", waiting(late))
+	time.Sleep(50 * time.Millisecond)
+
+	p.SetDelay(150 * time.Millisecond)
+	if err := la.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.Ended(ha, time.Now(), la.Until())
+	<-bDone
+	<-lateDone // at b's key's expiry, about 2s on
+	mu.Lock()
+	defer mu.Unlock()
+	h.check()
+	p.SetDelay(0)
 }
