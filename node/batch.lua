@@ -77,7 +77,9 @@
 -- its own acquire would, and the announcement ends with " g": the waiter
 -- holds the key without a round of its own, from a moment it knows to be
 -- earlier (when it began to wait). It does so only when the epoch marker
--- is the one the releasing batch requires (as for an acquire), and only
+-- is the one the releasing batch requires (as for an acquire), when the
+-- releasing engine grants at all here (ARGV[2]: not while the node may
+-- evict lock keys, when it refuses acquires too), and only
 -- while the waiter's engine listens on its channel on this node: a waiter
 -- whose process died (its connections closed) is only named, and the one
 -- after it goes as before, rather than wait for the grant to expire.
@@ -207,7 +209,7 @@ local function run(c, k, a)
           redis.call('HDEL', grants, next)
           local s1 = string.find(g, ' ', 1, true)
           local s2 = string.find(g, ' ', s1 + 1, true)
-          if epochHolds() and redis.call('PUBSUB', 'NUMSUB', string.sub(g, s1 + 1, s2 - 1))[2] > 0
+          if ARGV[2] ~= '' and epochHolds() and redis.call('PUBSUB', 'NUMSUB', string.sub(g, s1 + 1, s2 - 1))[2] > 0
               and redis.call('SET', lock, string.sub(g, s2 + 1), 'NX', 'PX', string.sub(g, 1, s1 - 1)) then
             granted = ' g'
           end

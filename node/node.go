@@ -218,6 +218,7 @@ type job struct {
 	sentAt   time.Time
 	batch    []entry
 	epoch    string // the marker acquires require ("": none)
+	channel  string // Config.Channel, or "" while the node may evict (no grants)
 	mark     string // write the epoch marker of this run id first
 	probe    bool
 	prev     Info // the probe's previous connection
@@ -443,7 +444,10 @@ func (a *nodeActor) flush() {
 	if deadline.IsZero() {
 		deadline = now.Add(a.cfg.Timeout)
 	}
-	j := job{slot: slot, sentAt: now, batch: batch, epoch: a.epoch(), deadline: deadline}
+	j := job{slot: slot, sentAt: now, batch: batch, epoch: a.epoch(), channel: a.cfg.Channel, deadline: deadline}
+	if a.health.evicting != nil {
+		j.channel = "" // a grant is an acquire: not on a node that may evict
+	}
 	if mark {
 		j.mark, a.alone = a.health.checked.RunID, true
 	}
@@ -564,7 +568,7 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	}
 	skip := len(cmds)
 	for c := range chunks(len(batch)) {
-		cmds = append(cmds, w.script.build(client, chunkOf(batch, c), false, a.cfg.EpochKey, j.epoch, a.cfg.Channel, &w.ttl))
+		cmds = append(cmds, w.script.build(client, chunkOf(batch, c), false, a.cfg.EpochKey, j.epoch, j.channel, &w.ttl))
 	}
 	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)
@@ -590,7 +594,7 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	if i := firstNoScript(results); i >= 0 {
 		cmds = cmds[:0]
 		for c := i; c < chunks(len(batch)); c++ {
-			cmds = append(cmds, w.script.build(client, chunkOf(batch, c), true, a.cfg.EpochKey, j.epoch, a.cfg.Channel, &w.ttl))
+			cmds = append(cmds, w.script.build(client, chunkOf(batch, c), true, a.cfg.EpochKey, j.epoch, j.channel, &w.ttl))
 		}
 		copy(results[i:], client.DoMulti(ctx, cmds...))
 	}
