@@ -69,6 +69,9 @@ type scriptArgs struct {
 // ""; the waiters it queues are granted while the engine listens on
 // channel (Config.Channel).
 func (s *scriptArgs) build(c rueidis.Client, batch []entry, full bool, epochKey, epoch, channel string, ttl *millis) rueidis.Completed {
+	if !queues(batch) {
+		channel = "" // unread: spare the bytes
+	}
 	s.keys = append(s.keys[:0], epochKey)
 	s.args = append(s.args[:0], epoch, channel)
 	for i := range batch {
@@ -78,6 +81,18 @@ func (s *scriptArgs) build(c rueidis.Client, batch []entry, full bool, epochKey,
 		return c.B().Eval().Script(batchScript.body).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.args...).Build()
 	}
 	return c.B().Evalsha().Sha1(batchScript.sha).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.args...).Build()
+}
+
+// queues reports whether a command of batch may queue a waiter or grant
+// one the key: only those read the engine's channel.
+func queues(batch []entry) bool {
+	for i := range batch {
+		e := &batch[i]
+		if e.since != "" || e.op == opQueue || e.op == opRelease && (e.announce || e.successor != "") {
+			return true
+		}
+	}
+	return false
 }
 
 // add appends e's code, keys and arguments (see batch.lua).
