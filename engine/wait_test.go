@@ -870,7 +870,10 @@ func TestCloseWhileWaiting(t *testing.T) {
 // A release grants the key to the waiter it names next (another engine's,
 // listening): on one node the waiter holds without a round of its own,
 // and its validity counts from when it began to wait, not from the
-// release; on three, it asks only the nodes that had not granted yet.
+// release. On three, it makes one round at most: a grant from a node
+// where its failed rounds were cleaned up before that node answered them
+// does not count (lease.TestCleanupKeepsGrants), and the round then goes
+// to every node.
 func TestGrantedHandOff(t *testing.T) {
 	for _, n := range []int{1, 3} {
 		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
@@ -881,10 +884,10 @@ func TestGrantedHandOff(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // longer than the drift: a validity from the release shows
 			before := commandsSent(b)
 			w := releaseWakes(t, held, got)
-			if sent := commandsSent(b) - before; n == 1 && sent != 0 || sent >= uint64(n) {
-				t.Fatalf("the waiter sent %d commands to %d nodes after the release, want fewer than one per node (none on one)", sent, n)
+			if sent := commandsSent(b) - before; n == 1 && sent != 0 || sent > uint64(n) {
+				t.Fatalf("the waiter sent %d commands to %d nodes after the release, want one round at most (none on one)", sent, n)
 			}
-			if late := called.Add(b.cfg.TTL); w.l.Until().After(late) {
+			if late := called.Add(b.cfg.TTL); n == 1 && w.l.Until().After(late) {
 				t.Fatalf("held until %v, after %v: its validity counts from later than the call", w.l.Until(), late)
 			}
 			if err := w.l.Release(t.Context()); err != nil {
