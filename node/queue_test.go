@@ -7,52 +7,82 @@ import (
 	"github.com/redis/rueidis"
 )
 
+// scene is a node actor over a real node and a watcher on it, for tests
+// that step through the queue of waiters of key "k".
+type scene struct {
+	t     *testing.T
+	h     *harness
+	w     *Watcher
+	heard chan string // announcements, and "watched" for a subscription
+	round uint64
+}
+
+func newScene(t *testing.T, h *harness) *scene {
+	s := &scene{t: t, h: h, heard: make(chan string, 16)}
+	s.w = NewWatcher(rueidis.ClientOption{InitAddress: []string{h.server.Addr()}}, time.Second, WatchHooks{
+		Released: func(_, msg string) { s.heard <- msg },
+		Watched: func(_ string, ok bool) {
+			if !ok {
+				t.Error("the watcher could not subscribe")
+			}
+			s.heard <- "watched"
+		},
+		Lost: func() {},
+	})
+	t.Cleanup(s.w.Close)
+	s.listen("k" + ReleasedSuffix)
+	return s
+}
+
+// listen subscribes the watcher to channel too.
+func (s *scene) listen(channel string) {
+	s.t.Helper()
+	s.w.Watch(channel)
+	if got := <-s.heard; got != "watched" {
+		s.t.Fatalf("heard %q before the subscription", got)
+	}
+}
+
+func (s *scene) req(value string) Request { s.round++; return s.h.req("k", value, s.round) }
+
+// do sends cmd and checks its outcome.
+func (s *scene) do(cmd Command, want Outcome) {
+	s.t.Helper()
+	if v := s.h.ask(cmd); v.Outcome != want {
+		s.t.Fatalf("%T of %q: %v, want %v", cmd, cmd.request().Value, v.Outcome, want)
+	}
+}
+
+func (s *scene) acquire(value, since string, ttl time.Duration, want Outcome) {
+	s.t.Helper()
+	s.do(&Acquire{Request: s.req(value), TTL: ttl, Since: since}, want)
+}
+
+// expect checks the next announcement.
+func (s *scene) expect(want string) {
+	s.t.Helper()
+	select {
+	case got := <-s.heard:
+		if got != want {
+			s.t.Fatalf("announced %q, want %q", got, want)
+		}
+	case <-time.After(5 * time.Second):
+		s.t.Fatalf("nothing announced, want %q", want)
+	}
+}
+
 // The queue of waiters and the announcements, step by step on a real
 // node: who a release names next and to stand by, that the one named
 // leaves the queue, that a release queues the holder's successor, and
 // that a waiter that leaves while the key is free names the next in its
 // stead (and says nothing while the key is held).
 func TestQueueAnnouncements(t *testing.T) {
-	h := newHarness(t, time.Second)
-	heard := make(chan string, 16)
-	w := NewWatcher(rueidis.ClientOption{InitAddress: []string{h.server.Addr()}}, time.Second, WatchHooks{
-		Released: func(_, msg string) { heard <- msg },
-		Watched: func(_ string, ok bool) {
-			if !ok {
-				t.Error("the watcher could not subscribe")
-			}
-			heard <- "watched"
-		},
-		Lost: func() {},
-	})
-	defer w.Close()
-	w.Watch("k" + ReleasedSuffix)
-	if got := <-heard; got != "watched" {
-		t.Fatalf("heard %q before the subscription", got)
-	}
+	s := newScene(t, newHarness(t, time.Second))
+	h, do, req, expect := s.h, s.do, s.req, s.expect
 	ttl := 10 * time.Second
-	round := uint64(0)
-	do := func(cmd Command, want Outcome) {
-		t.Helper()
-		if v := h.ask(cmd); v.Outcome != want {
-			t.Fatalf("%T of %q: %v, want %v", cmd, cmd.request().Value, v.Outcome, want)
-		}
-	}
-	req := func(value string) Request { round++; return h.req("k", value, round) }
 	acquire := func(value, since string, want Outcome) {
 		t.Helper()
-		do(&Acquire{Request: req(value), TTL: ttl, Since: since}, want)
-	}
-	expect := func(want string) {
-		t.Helper()
-		select {
-		case got := <-heard:
-			if got != want {
-				t.Fatalf("announced %q, want %q", got, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("nothing announced, want %q", want)
-		}
+		s.acquire(value, since, ttl, want)
 	}
 	d := Digest
 	acquire("holder", "", Granted)
@@ -95,53 +125,11 @@ func TestQueueAnnouncements(t *testing.T) {
 // listen (its process died), a fenced one (it needs its round for the
 // counter) and any after the epoch marker changed are only named.
 func TestGrants(t *testing.T) {
-	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: 10 * time.Second, Channel: "engine-a", First: &Info{}})
-	heard := make(chan string, 16)
-	w := NewWatcher(rueidis.ClientOption{InitAddress: []string{h.server.Addr()}}, time.Second, WatchHooks{
-		Released: func(_, msg string) { heard <- msg },
-		Watched: func(_ string, ok bool) {
-			if !ok {
-				t.Error("the watcher could not subscribe")
-			}
-			heard <- "watched"
-		},
-		Lost: func() {},
-	})
-	defer w.Close()
-	listen := func(channel string) {
-		t.Helper()
-		w.Watch(channel)
-		if got := <-heard; got != "watched" {
-			t.Fatalf("heard %q before the subscription", got)
-		}
-	}
-	listen("k" + ReleasedSuffix)
-	round := uint64(0)
-	do := func(cmd Command, want Outcome) {
-		t.Helper()
-		if v := h.ask(cmd); v.Outcome != want {
-			t.Fatalf("%T of %q: %v, want %v", cmd, cmd.request().Value, v.Outcome, want)
-		}
-	}
-	req := func(value string) Request { round++; return h.req("k", value, round) }
-	acquire := func(value, since string, ttl time.Duration, want Outcome) {
-		t.Helper()
-		do(&Acquire{Request: req(value), TTL: ttl, Since: since}, want)
-	}
+	s := newScene(t, newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: 10 * time.Second, Channel: "engine-a", First: &Info{}}))
+	h, do, req, acquire, expect, listen := s.h, s.do, s.req, s.acquire, s.expect, s.listen
 	release := func(value string, want Outcome) {
 		t.Helper()
 		do(&Release{Request: req(value), TTL: 10 * time.Second, Announce: true, Leave: true}, want)
-	}
-	expect := func(want string) {
-		t.Helper()
-		select {
-		case got := <-heard:
-			if got != want {
-				t.Fatalf("announced %q, want %q", got, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatalf("nothing announced, want %q", want)
-		}
 	}
 	holds := func(want string, ttl time.Duration) {
 		t.Helper()
