@@ -555,6 +555,8 @@ func (a *leaseActor) startGranted(i int) {
 		a.startVote(acquiring, a.acquireCmd, to, time.Now())
 		a.tally.refused-- // node i, not asked: its grant is its vote
 	} else {
+		// One node: a round with nothing to send, its timer unarmed (the
+		// grant decides it now).
 		a.phase, a.tally = acquiring, tally{n: n}
 		a.round++
 		a.takeVotes()
