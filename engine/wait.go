@@ -90,6 +90,11 @@ type line struct {
 	// kept: the place in the nodes' queues that the last release kept for
 	// the engine's next caller, until one comes.
 	kept *kept
+	// handedOn: when the last local release handed the line on to a
+	// caller already waiting (it queued that one, not a place); the next
+	// caller to join within keepFor, most often the worker that released,
+	// waits as of then, as it would have in a kept place.
+	handedOn time.Time
 }
 
 // kept is a place in the nodes' queues of waiters that a release took for
@@ -163,6 +168,12 @@ func (ls *lines) join(resource, key, value string, ttl time.Duration) *turn {
 	if l.idle != nil {
 		l.idle.Stop()
 		l.idle = nil
+	}
+	if !l.handedOn.IsZero() {
+		if since.Sub(l.handedOn) < ls.keepFor {
+			since = l.handedOn
+		}
+		l.handedOn = time.Time{}
 	}
 	t := &turn{ls: ls, line: l, since: since, value: value, ttl: ttl}
 	if l.kept != nil && l.kept.ttl == ttl {
@@ -295,6 +306,9 @@ func (t *turn) HandOff(r lease.Releaser) {
 	case len(l.turns) > 1:
 		s := l.turns[1]
 		s.queued = true
+		if l.watch {
+			l.handedOn = time.Now()
+		}
 		r.ReleaseQueueing(s.since, s.value, s.ttl)
 	case l.watch && slices.Contains(l.on, true):
 		k := l.kept

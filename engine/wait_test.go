@@ -935,3 +935,48 @@ func TestGoneWaiterNotGranted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// recordingReleaser is a lease.Releaser that only records what it was
+// asked to queue.
+type recordingReleaser struct{ since time.Time }
+
+func (r *recordingReleaser) ReleaseQueueing(since time.Time, _ string, _ time.Duration) {
+	r.since = since
+}
+
+// A worker that releases to a caller of its engine already waiting, and
+// comes back at once, waits as of its release, as it would in the place a
+// release keeps when nobody waits in its engine (TestReturningCallerTakesTheKeptPlace):
+// otherwise the workers alone in their engines, queued as of their
+// releases, go before it every time. Only the first caller to come does:
+// the next waits as of its call.
+func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
+	c := startNodes(t, 1)
+	e := newEngine(t, c.Addrs())
+	ls, key := e.lines, e.cfg.lockKey("back")
+	ttl := e.cfg.TTL
+	holder := ls.join("back", key, "h", ttl)
+	waiter := ls.join("back", key, "w", ttl)
+	ls.mu.Lock()
+	ls.byKey[key].watch = true // contended across engines lately
+	ls.mu.Unlock()
+	var r recordingReleaser
+	before := time.Now()
+	holder.HandOff(&r)
+	released := time.Now()
+	if !r.since.Equal(waiter.since) {
+		t.Fatalf("the release queued a caller waiting since %v, want the waiter's %v", r.since, waiter.since)
+	}
+	holder.Done(true)
+	back := ls.join("back", key, "h2", ttl)
+	if back.since.After(released) || back.since.Before(before) {
+		t.Fatalf("the returning caller waits as of %v, want as of the release, %v to %v", back.since, before, released)
+	}
+	later := ls.join("back", key, "h3", ttl)
+	if !later.since.After(released) {
+		t.Fatalf("a second caller waits as of %v, want as of its call, after the release at %v", later.since, released)
+	}
+	for _, tu := range []*turn{waiter, back, later} {
+		tu.Done(false)
+	}
+}
