@@ -200,3 +200,29 @@ func TestGrants(t *testing.T) {
 		t.Fatalf("grants left behind: %v", got)
 	}
 }
+
+// A node that may evict lock keys refuses acquires, and grants none: a
+// release there only names the next waiter.
+func TestNoGrantsWhileEvicting(t *testing.T) {
+	s := newScene(t, newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: -1, HealthInterval: 50 * time.Millisecond,
+		Channel: "engine-a"}))
+	s.listen("engine-a")
+	ttl := time.Minute
+	s.acquire("holder", "", ttl, Granted)
+	s.acquire("w", "100", ttl, Taken)
+	for _, arg := range [][]string{{"maxmemory", "64mb"}, {"maxmemory-policy", "volatile-lru"}} {
+		if _, err := s.h.server.Do(t.Context(), "CONFIG", "SET", arg[0], arg[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if v := s.h.ask(&Acquire{Request: s.req("probe"), TTL: ttl}); v.Outcome == Failed {
+			break // the node actor knows it may evict
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("acquires still go to a node that may evict")
+		}
+	}
+	s.do(&Release{Request: s.req("holder"), TTL: ttl, Announce: true, Leave: true}, Granted)
+	s.expect(Digest("holder") + " " + Digest("w") + " ")
+}
