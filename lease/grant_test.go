@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -19,30 +20,44 @@ func (waitLine) Len() int                    { return 1 }
 func (waitLine) Done(bool)                   {}
 func (waitLine) HandOff(r Releaser)          { r.ReleaseQueueing(time.Time{}, "", 0) }
 
-// startWaiting starts a lease that waits on n nodes since since: its first
-// round finds another owner holding them all. It returns the lease's
-// Ref and State and its reply.
-func startWaiting(t *testing.T, f *fakeNodes, cfg Config) (Ref, *State, chan Result) {
-	t.Helper()
-	reply := make(chan Result, 1)
-	cfg.Key, cfg.Value, cfg.Resource, cfg.Reply = "k", "v", "r", reply
-	cfg.TTL, cfg.NodeTimeout, cfg.Attempts, cfg.Line = 10*time.Second, 10*time.Second, 1, waitLine{}
-	cfg.NewBackOff = func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }
-	ref, st := start(NewPool(f.system, nil, 0, f.shared()), cfg)
-	r, to := round[*node.Acquire](t, f)
-	for i := range f.pids {
-		f.system.Root.Send(to, &node.Vote{Node: i, Round: r, Outcome: node.Taken, Holder: node.Digest("h"),
-			Until: time.Now().Add(time.Hour)})
-	}
-	for range f.pids {
-		if got := f.next(t); !isRelease(got.cmd) {
-			t.Fatalf("node %d got %T, want the failed round's cleanup", got.node, got.cmd)
-		}
-	}
-	return ref, st, reply
+// waiter is a lease that startWaiting left waiting.
+type waiter struct {
+	ref      Ref
+	st       *State
+	reply    chan Result
+	cleanups []*node.Release // its failed round's, by node
 }
 
-func isRelease(c node.Command) bool { _, ok := c.(*node.Release); return ok }
+// startWaiting starts a lease that waits on the fake nodes: its first
+// round finds another owner holding the key on every node but those in
+// late, whose grants of the round come after the refusals decided it.
+func startWaiting(t *testing.T, f *fakeNodes, cfg Config, late ...int) waiter {
+	t.Helper()
+	w := waiter{reply: make(chan Result, 1), cleanups: make([]*node.Release, len(f.pids))}
+	cfg.Key, cfg.Value, cfg.Resource, cfg.Reply = "k", "v", "r", w.reply
+	cfg.TTL, cfg.NodeTimeout, cfg.Attempts, cfg.Line = 10*time.Second, 10*time.Second, 1, waitLine{}
+	cfg.NewBackOff = func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }
+	w.ref, w.st = start(NewPool(f.system, nil, 0, f.shared()), cfg)
+	r, to := round[*node.Acquire](t, f)
+	for i := range f.pids {
+		if !slices.Contains(late, i) {
+			f.system.Root.Send(to, &node.Vote{Node: i, Round: r, Outcome: node.Taken, Holder: node.Digest("h"),
+				Until: time.Now().Add(time.Hour)})
+		}
+	}
+	for _, i := range late {
+		f.vote(to, i, r, node.Granted)
+	}
+	for range f.pids {
+		got := f.next(t)
+		rel, ok := got.cmd.(*node.Release)
+		if !ok {
+			t.Fatalf("node %d got %T, want the failed round's cleanup", got.node, got.cmd)
+		}
+		w.cleanups[got.node] = rel
+	}
+	return w
+}
 
 // grantFrom is node i's announcement that it granted the key to the
 // lease valued "v".
@@ -66,14 +81,14 @@ func (f *fakeNodes) quiet(t *testing.T) {
 func TestGrantHoldsWithoutARound(t *testing.T) {
 	f := newFakeNodes(t, 1)
 	since := time.Now().Add(-100 * time.Millisecond)
-	ref, st, reply := startWaiting(t, f, Config{Since: since})
-	ref.Post(grantFrom(st, 0))
-	if r := result(t, reply); r.Err != nil {
+	w := startWaiting(t, f, Config{Since: since})
+	w.ref.Post(grantFrom(w.st, 0))
+	if r := result(t, w.reply); r.Err != nil {
 		t.Fatalf("not held: %v", r.Err)
 	}
 	f.quiet(t)
-	if want := since.Add(10*time.Second - Drift(10*time.Second, 0.01)); !st.Until().Equal(want) {
-		t.Fatalf("held until %v, want %v: from since", st.Until(), want)
+	if want := since.Add(10*time.Second - Drift(10*time.Second, 0.01)); !w.st.Until().Equal(want) {
+		t.Fatalf("held until %v, want %v: from since", w.st.Until(), want)
 	}
 }
 
@@ -83,7 +98,8 @@ func TestGrantHoldsWithoutARound(t *testing.T) {
 func TestGrantsMakeAQuorum(t *testing.T) {
 	f := newFakeNodes(t, 3)
 	since := time.Now().Add(-100 * time.Millisecond)
-	ref, st, reply := startWaiting(t, f, Config{Since: since})
+	w := startWaiting(t, f, Config{Since: since})
+	ref, st, reply := w.ref, w.st, w.reply
 	ref.Post(grantFrom(st, 1))
 	var r uint64
 	var to *actor.PID
@@ -124,14 +140,7 @@ func TestGrantNotCounted(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := newFakeNodes(t, 1)
-			ref, st, reply := startWaiting(t, f, c)
-			ref.Post(grantFrom(st, 0))
-			round[*node.Acquire](t, f)
-			select {
-			case r := <-reply:
-				t.Fatalf("answered %+v before its round", r)
-			default:
-			}
+			notCounted(t, f, startWaiting(t, f, c), 0)
 		})
 	}
 }
@@ -142,30 +151,23 @@ func TestGrantNotCounted(t *testing.T) {
 // the cleanup may have deleted it before its announcement came.
 func TestCleanupKeepsGrants(t *testing.T) {
 	f := newFakeNodes(t, 3)
-	reply := make(chan Result, 1)
-	ref, st := start(NewPool(f.system, nil, 0, f.shared()), Config{Key: "k", Value: "v", Resource: "r", Reply: reply,
-		TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1, Line: waitLine{}, Since: time.Now(),
-		NewBackOff: func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }})
-	r, to := round[*node.Acquire](t, f)
-	for _, i := range []int{0, 2} {
-		f.system.Root.Send(to, &node.Vote{Node: i, Round: r, Outcome: node.Taken, Holder: node.Digest("h"),
-			Until: time.Now().Add(time.Hour)})
-	}
-	f.vote(to, 1, r, node.Granted) // too late: refused at two
-	for range f.pids {
-		got := f.next(t)
-		rel, ok := got.cmd.(*node.Release)
-		if !ok {
-			t.Fatalf("node %d got %T, want the cleanup", got.node, got.cmd)
-		}
-		if rel.Keep != 1|1<<2 {
-			t.Fatalf("the cleanup keeps grants on nodes %b, want 101: the refusing ones", rel.Keep)
+	w := startWaiting(t, f, Config{Since: time.Now()}, 1) // node 1's grant comes too late
+	for i, rel := range w.cleanups {
+		if rel.Keep&0b111 != 0b101 {
+			t.Fatalf("node %d: the cleanup keeps grants on nodes %b, want 101: the refusing ones", i, rel.Keep)
 		}
 	}
-	ref.Post(grantFrom(st, 1))
-	round[*node.Acquire](t, f) // named, not granted: a round on every node
+	notCounted(t, f, w, 1)
+}
+
+// notCounted checks that node i's grant to w only names it: w runs a
+// round on every node, and is not answered before it.
+func notCounted(t *testing.T, f *fakeNodes, w waiter, i int) {
+	t.Helper()
+	w.ref.Post(grantFrom(w.st, i))
+	round[*node.Acquire](t, f)
 	select {
-	case res := <-reply:
+	case res := <-w.reply:
 		t.Fatalf("answered %+v before its round", res)
 	default:
 	}
@@ -175,7 +177,8 @@ func TestCleanupKeepsGrants(t *testing.T) {
 // count a second time.
 func TestGrantCountsOnce(t *testing.T) {
 	f := newFakeNodes(t, 5)
-	ref, st, reply := startWaiting(t, f, Config{Since: time.Now()})
+	w := startWaiting(t, f, Config{Since: time.Now()})
+	ref, st, reply := w.ref, w.st, w.reply
 	ref.Post(grantFrom(st, 0))
 	var r uint64
 	var to *actor.PID

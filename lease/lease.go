@@ -270,7 +270,6 @@ type bound struct {
 	charged  int             // of them, those that count against Config.Attempts
 	heard    []heard         // releases announced while acquiring
 	noGrant  uint64          // nodes (nodeBit) where its cleanups may delete: their grants do not count
-	keep     uint64          // nodes (nodeBit) where the cleanup keeps a grant (cleanUp)
 	backOff  backoff.BackOff // Config.NewBackOff's, once a round failed
 	// The last release heard (its holder, and when), and the time from
 	// the one before it: about one hold and hand-off, lately.
@@ -615,15 +614,11 @@ func (a *leaseActor) releaseAll() { a.send(a.finalReleaseCmd, nil) }
 // place in the queues of waiters, and takes it back where it lost it
 // (releaseCmd): it may go on acquiring (giveUp leaves them).
 func (a *leaseActor) cleanUp(announce bool) {
-	a.keep = 0
 	for i, v := range a.failedVotes {
-		if v.Outcome == node.Taken {
-			a.keep |= nodeBit(i)
-		} else {
+		if v.Outcome != node.Taken {
 			a.noGrant |= nodeBit(i)
 		}
 	}
-	a.keep &^= a.noGrant // past the 64th node, a bit is shared: delete there
 	if announce {
 		a.send(a.announcedReleaseCmd, nil)
 	} else {
@@ -696,7 +691,9 @@ func (a *leaseActor) extendCmd(r node.Request) node.Command {
 // lease goes on waiting; without its place there, that node would name a
 // later waiter next.
 func (a *leaseActor) releaseCmd(r node.Request) node.Command {
-	c := &node.Release{Request: r, TTL: a.cfg.TTL, Keep: a.keep}
+	// Keep grants where the round was refused (past the 64th node a bit
+	// is shared: there, delete unless all refused).
+	c := &node.Release{Request: r, TTL: a.cfg.TTL, Keep: ^a.noGrant}
 	if a.since != "" {
 		c.Successor, c.SuccessorSince, c.SuccessorTTL = a.cfg.Value, a.since, a.cfg.TTL
 	}
