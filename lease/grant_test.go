@@ -199,3 +199,41 @@ func TestGrantCountsOnce(t *testing.T) {
 		t.Fatalf("not held: %v", res.Err)
 	}
 }
+
+// A node that refused the round before the holder's release reached it
+// then grants the key and names the lease next: too late to count, the
+// grant makes the lease look again at once when the round fails, rather
+// than wait for the holder's keys to expire (or to hear its release from
+// nodes that cannot announce).
+func TestLateGrantLooksAgain(t *testing.T) {
+	f := newFakeNodes(t, 3)
+	w := startWaiting(t, f, Config{Since: time.Now()})
+	w.ref.Post(grantFrom(w.st, 0))
+	var r uint64
+	var to *actor.PID
+	for range 2 {
+		got := f.next(t)
+		r, to = requestOf(got.cmd).Round, requestOf(got.cmd).ReplyTo
+	}
+	taken := func(i int) {
+		f.system.Root.Send(to, &node.Vote{Node: i, Round: r, Outcome: node.Taken, Holder: node.Digest("h"),
+			Until: time.Now().Add(time.Hour)})
+	}
+	taken(1)
+	time.Sleep(20 * time.Millisecond) // node 1's refusal counted first
+	w.ref.Post(grantFrom(w.st, 1))
+	time.Sleep(20 * time.Millisecond)
+	taken(2) // the round is lost
+	releases, acquires := 0, 0
+	for range 2 * len(f.pids) { // the cleanup, and a round at once
+		switch f.next(t).cmd.(type) {
+		case *node.Release:
+			releases++
+		case *node.Acquire:
+			acquires++
+		}
+	}
+	if releases != 3 || acquires != 3 {
+		t.Fatalf("%d releases and %d acquires, want the cleanup and a round on each node", releases, acquires)
+	}
+}

@@ -933,8 +933,9 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 // names two others, it waits on to be named; when it names nobody, it
 // races after raceDelay. Another owner's release than the holder's it
 // waits on does not free that holder's quorum, and is ignored. One in a round
-// remembers a recheck for when the round fails. One that backs off (after
-// nodes failed) looks again at once.
+// counts a grant from a node that has not answered it yet, and remembers
+// a recheck, or being named next, for when the round fails. One that
+// backs off (after nodes failed) looks again at once.
 func (a *leaseActor) onWake(m *Wake) {
 	if m.Cause == WakeRelease && m.Holder != "" && m.Node >= 0 {
 		a.hear(m.Holder, m.Node)
@@ -1000,10 +1001,14 @@ func (a *leaseActor) onWake(m *Wake) {
 		a.startRound(m.Cause)
 	case acquiring, fencing:
 		switch {
-		case m.Cause == WakeRecheck:
-			a.recheck = true
-		case a.phase == acquiring && a.grantable(m):
+		case a.phase == acquiring && a.grantable(m) && a.votes[m.Node].Outcome == 0:
 			a.countGrant(m.Node) // another node's grant, as the round goes
+		case m.Cause == WakeRecheck, m.Next != "" && m.Next == a.digest():
+			// A recheck, or named next (granted or not) by a node that
+			// may have refused the round first: should the round fail,
+			// look again at once, rather than wait for releases that a
+			// node which cannot announce will never tell.
+			a.recheck = true
 		}
 	}
 }
