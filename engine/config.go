@@ -95,18 +95,17 @@ type Config struct {
 	// TTL. If other engines use these nodes with longer TTLs, set it to
 	// the longest.
 	MaxTTL time.Duration
-	// RestartQuarantine is how long a node that lost its data (a restart
-	// without persistence, seen as a new run_id or a missing epoch key)
-	// refuses to grant, counted from its restart (and a node that evicted
-	// keys, from when its count of evicted keys was seen to rise, or from
-	// the first contact when it had evicted any): every lease it may have
-	// held has expired by then. A node seen for the first time without
-	// the epoch key is treated as restarted when its process started, so
-	// Redis that has been up longer than this is used at once. Default:
-	// MaxTTL. Negative turns the quarantine off (unsafe with nodes that
-	// run without persistence). A positive value below MaxTTL is refused
+	// RestartQuarantine is how long a node that may have lost lock keys
+	// refuses to grant, counted from when this engine saw it so: a node
+	// met without an epoch marker naming its dataset (a restart, a
+	// snapshot, a flush, a reload, a promoted replica, or a new node not
+	// marked with MarkNew), one whose dataset changed since the last probe,
+	// or one that evicted keys (see package node for the whole list):
+	// every lease it may have held has expired by then. Default: MaxTTL.
+	// Negative turns the quarantine off (unsafe with nodes that run
+	// without persistence). A positive value below MaxTTL is refused
 	// unless UnsafeShortQuarantine is set: the node would grant again
-	// while a lease it held before its restart may still be valid.
+	// while a lease it held before its loss may still be valid.
 	RestartQuarantine time.Duration
 	// UnsafeShortQuarantine allows a RestartQuarantine below MaxTTL, for
 	// tests and for deployments that know their longest lease is shorter
@@ -325,10 +324,12 @@ func (c *Config) lockKey(resource string) string { return c.KeyPrefix + "{" + re
 // fenceKey is the fence counter's key beside lockKey (no TTL).
 func fenceKey(lockKey string) string { return lockKey + ":fence" }
 
-// epochKey holds, on every node, the epoch marker: the run id of the
-// process that kept its data since redlease last checked it. It cannot
-// collide with a lock key, which holds braces.
-func (c *Config) epochKey() string { return c.KeyPrefix + "epoch" }
+// epochKey holds, on every node, the epoch marker: the lineage of the
+// dataset that an engine last judged safe (see package node). It cannot
+// collide with a lock key, which holds braces. (Versions that marked the
+// run id alone used <prefix>epoch: a key of its own keeps engines of both
+// versions from overwriting each other's marker in a rolling upgrade.)
+func (c *Config) epochKey() string { return c.KeyPrefix + "lineage" }
 
 // engineChannel is an engine's own channel (node.Config.Channel): random,
 // so that only this engine's watchers listen on it.

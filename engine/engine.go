@@ -165,8 +165,9 @@ func probeAll(ctx context.Context, cfg *Config) ([]*node.Conn, []*node.Info, []e
 // MarkNew tells redlease that the nodes of cfg are new: none of them holds
 // a lock key that a lease still relies on (a new deployment, or nodes an
 // operator has emptied on purpose). It writes each node's epoch marker for
-// its running process, so that engines use the node at once instead of
-// sitting out a restart quarantine of up to MaxTTL from its start.
+// its dataset's lineage, so that engines use the node at once instead of
+// sitting out a quarantine of RestartQuarantine from when they first see
+// it.
 //
 // A node that lost the keys of leases still held (restarted without
 // persistence, or from a snapshot) is exactly what the quarantine protects
@@ -185,9 +186,9 @@ func MarkNew(ctx context.Context, cfg Config) error {
 	conns, infos, errs := probeAll(ctx, &cfg)
 	for i, c := range conns {
 		if infos[i] != nil {
-			ok, err := c.Mark(ctx, cfg.epochKey(), infos[i].RunID)
+			ok, err := c.Mark(ctx, cfg.epochKey(), *infos[i], !cfg.UnsafeEviction)
 			if err == nil && !ok {
-				err = errors.New("the server restarted while being marked")
+				err = errors.New("its data changed while being marked (a restart, a flush, an eviction): run it again")
 			}
 			if err != nil {
 				errs[i] = errtext.Errorf("node %s: %w", cfg.Nodes[i], err)

@@ -116,6 +116,11 @@ func TestNewRejectsBadNodes(t *testing.T) {
 	if _, err := c.Nodes[2].Do(t.Context(), "REPLICAOF", "NO", "ONE"); err != nil {
 		t.Fatal(err)
 	}
+	// Its promotion, and node 1's first replica, drew new replication
+	// ids: both nodes may have lost keys now, as far as engines can tell.
+	if err := MarkNew(t.Context(), Config{Nodes: addrs}); err != nil {
+		t.Fatal(err)
+	}
 
 	// A node that evicts keys with a TTL when its memory fills would
 	// forget a lease and grant it again; UnsafeEviction accepts it.

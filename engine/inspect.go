@@ -28,7 +28,8 @@ type NodeReport struct {
 	Err error
 	// RunID names the server process; it changes with every restart.
 	RunID string
-	// Uptime is how long the process has surely run.
+	// Uptime is how long the process says it has run, by its own wall
+	// clock: for people only, never used to judge the node.
 	Uptime time.Duration
 	// Replica: a read-only replica, never used for locking.
 	Replica bool
@@ -36,15 +37,16 @@ type NodeReport struct {
 	// and cfg does not allow that (UnsafeEviction): engines refuse such a
 	// node. "" otherwise.
 	Evicts string
-	// Trusted: the running process wrote the epoch marker, so it has kept
-	// its data since an engine last checked it.
+	// Trusted: the epoch marker names the node's dataset (its replication
+	// history, process, and flushes, swaps and reloads), so it has kept
+	// its data since an engine last judged it.
 	Trusted bool
 	// QuarantineUntil: an engine meeting the node now would not acquire
 	// on it before this, as every lease it may have held before it lost
 	// its data has not yet expired (zero: it would use the node at once).
-	// An untrusted process sits out RestartQuarantine from its start (a
-	// promoted replica, from now); one that has evicted keys (unless
-	// UnsafeEviction), from now.
+	// An untrusted node, or one that has evicted keys (unless
+	// UnsafeEviction), sits out RestartQuarantine from when an engine
+	// first sees it so: from now.
 	QuarantineUntil time.Time
 	// RTT is the probe's round trip.
 	RTT time.Duration
@@ -84,10 +86,7 @@ func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
 		if r.Replica || cfg.RestartQuarantine < 0 {
 			continue
 		}
-		if until := info.QuarantineFrom(at).Add(cfg.RestartQuarantine); !r.Trusted && until.After(at) {
-			r.QuarantineUntil = until
-		}
-		if info.Evicted > 0 && !cfg.UnsafeEviction { // as a node actor meeting it (see node.Info.Evicted)
+		if !r.Trusted || info.Evicted > 0 && !cfg.UnsafeEviction { // as a node actor meeting it
 			r.QuarantineUntil = at.Add(cfg.RestartQuarantine)
 		}
 	}

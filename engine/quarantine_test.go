@@ -94,7 +94,7 @@ func TestMarkNewRefusesLiveLocks(t *testing.T) {
 	cfg := Config{Nodes: c.Addrs()}
 	epochs := func() (marked int) { // on nodes 1 and 2, which stay up
 		for _, n := range c.Nodes[:2] {
-			if _, ok, err := n.Get(ctx, DefaultKeyPrefix+"epoch"); err != nil {
+			if _, ok, err := n.Get(ctx, DefaultKeyPrefix+"lineage"); err != nil {
 				t.Fatal(err)
 			} else if ok {
 				marked++
@@ -125,9 +125,9 @@ func TestMarkNewRefusesLiveLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, n := range c.Nodes[:2] {
-		epoch, _, _ := n.Get(ctx, DefaultKeyPrefix+"epoch")
-		if runID, _ := n.RunID(ctx); epoch != runID {
-			t.Errorf("node %d: epoch marker %q, want its run id %s", i+1, epoch, runID)
+		epoch, _, _ := n.Get(ctx, DefaultKeyPrefix+"lineage")
+		if runID, _ := n.RunID(ctx); !strings.Contains(epoch, " "+runID+" ") {
+			t.Errorf("node %d: epoch marker %q, want its lineage, run id %s", i+1, epoch, runID)
 		}
 	}
 }

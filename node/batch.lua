@@ -1,8 +1,8 @@
 -- A node actor's batch: several commands, run in order in one call, so
 -- that a command costs the node a few Redis calls rather than a script
 -- call of its own.
--- KEYS[1] the epoch key; ARGV[1] the epoch marker acquires require (the run
--- id of this server process), or '' for none; ARGV[2] the channel of the
+-- KEYS[1] the epoch key; ARGV[1] the epoch marker acquires require (the
+-- lineage of the dataset the engine judged safe), or '' for none; ARGV[2] the channel of the
 -- engine that sends the batch (see grants below), or '' for none. Then,
 -- per command, its code in ARGV and its keys and arguments after those of
 -- the command before:
@@ -31,8 +31,8 @@
 -- another owner holds it with {0, the key's PTTL, SHA1 of the holder's
 -- value}, so that a waiter knows when the key expires and whether one
 -- owner holds a quorum; and it answers -1 without granting when the epoch
--- marker is not the one required: the node lost its data (FLUSHALL, a
--- restart) and must sit out until every lease it may have held has
+-- marker, or the replication id it names, is not the one required: the
+-- node lost its data (FLUSHALL, a restart, a failover) and must sit out until every lease it may have held has
 -- expired. A refused caller that queues joins the resource's queue of
 -- waiters (<lock key>:queue, by when it began to wait, then by SHA1, with
 -- '~' last so that the queue outlives its waiters for twice the TTL:
@@ -98,9 +98,16 @@
 
 local epochOK = nil -- whether the marker is the one required, read once
 
+-- The marker names a lineage, "<replication id> <run id> <losses>" (Go:
+-- Info.Lineage); the replication id is also checked against the running
+-- process's, which is new at every start, promotion and resync: a marker
+-- that came back (a snapshot, a replica's copy, a new process behind a
+-- connection that outlived the old one) names another.
 local function epochHolds()
   if epochOK == nil then
-    epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1]
+    epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1] and
+      string.find(redis.call('INFO', 'replication'),
+        'master_replid:' .. string.sub(ARGV[1], 1, string.find(ARGV[1], ' ', 1, true) - 1) .. '\r', 1, true) ~= nil
   end
   return epochOK
 end

@@ -33,5 +33,94 @@
 //
 // It is the engine's machinery: its exported names serve the other
 // packages of this module and carry no compatibility promise. Users
-// import package engine.
+// import package engine.//
+// # A node's identity is its dataset
+//
+// Lock keys are lost by a dataset, not by a process: a process can lose
+// its keys without restarting, a dataset can come back through replication
+// carrying an old marker, and a connection can outlive the process behind
+// it. So what an engine trusts is a dataset's lineage (Info.Lineage):
+//
+//	<master_replid> <run_id> <losses>
+//
+// master_replid names the dataset's replication history: Redis draws a new
+// one at every start, at every promotion (REPLICAOF NO ONE, a failover) and
+// takes its primary's at a full resync. run_id names the process. losses
+// counts the process's FLUSHALL, FLUSHDB, SWAPDB and DEBUG calls
+// (lossCommands, from INFO commandstats): the ways to empty or replace a
+// dataset in place. The epoch marker, a key without a TTL, holds the
+// lineage an engine judged safe. It is written only after a quarantine
+// (or by MarkNew, for new nodes) and only while the lineage and the count
+// of evicted keys are still those the probe found (epoch.lua): a loss
+// between the probe and the write is never laundered.
+//
+// Every probe (at New, every HealthInterval, after a reconnect and after a
+// batch that met NOSCRIPT) reads the lineage, the evicted-keys count and
+// the marker. A node is untrusted at first sight unless its marker names
+// its lineage; a trusted node becomes untrusted when its lineage or
+// evicted-keys count differs from the previous probe's, or its marker
+// goes. An untrusted node refuses acquires, and grants nothing, until
+// Config.Quarantine has passed since this engine saw it so, on this
+// engine's monotonic clock: nothing is dated by the node's clock or
+// uptime (a clock stepped after a restart would end a quarantine early).
+// Every batch that carries an acquire or may grant also requires, in the
+// script, the marker of the lineage last probed and the running
+// process's master_replid (one INFO replication per batch); a mismatch
+// answers -1, which quarantines the node from then and asks for a probe.
+//
+// Every way a dataset loses lock keys, how it is caught, what it costs:
+//
+//   - restart without persistence: the marker is gone and the run id and
+//     replication id are new. The next batch's acquires find no marker;
+//     the next probe a new run id.
+//   - restart from an RDB snapshot or an AOF (everysec loses the last
+//     second): the marker comes back, naming the old lineage; the running
+//     process's replication id differs, so the next batch refuses.
+//   - FLUSHALL, FLUSHDB (ASYNC or not): the marker goes with the keys; the
+//     probe sees losses rise, so a marker another engine writes meanwhile
+//     does not hide it.
+//   - SWAPDB: the marker leaves the database with the keys; losses rise.
+//   - in-place reload (DEBUG RELOAD, DEBUG LOADAOF): same process, same
+//     replication id, and the marker comes back from the snapshot; only
+//     losses rise, which the next probe reads. Engines that trusted the
+//     node grant there until that probe (at most HealthInterval); an
+//     engine that meets the node later distrusts it. DEBUG is off by
+//     default in Redis 7, and DEBUG SLEEP counts too: Redis counts all of
+//     DEBUG's subcommands as one.
+//   - full resync from another primary (made a replica): refused while a
+//     replica (writes fail, and the probe marks the node down); its
+//     promotion draws a new replication id, so the copied marker no
+//     longer matches.
+//   - promotion of a replica behind the node's address (a failover,
+//     Sentinel): a new replication id; its data may lack the old
+//     primary's last writes.
+//   - failback to a former primary behind the same address: the marker it
+//     kept names its own lineage, not the one engines last probed there,
+//     so they refuse it. An engine that meets such an address for the first
+//     time cannot tell it from a node that lost nothing: two datasets that
+//     serve one address in turn are two nodes, which Redlock counts as
+//     one; that is a limit, not a check.
+//   - eviction: the evicted-keys count rises (or any at first sight); a
+//     node that may evict refuses acquires and grants unless
+//     UnsafeEviction.
+//   - a proxy that keeps client connections and switches backends: the new
+//     process answers with its own replication id (the batch refuses) or
+//     NOSCRIPT (a probe goes first).
+//   - a clock step: uptime is not used, so it shortens no quarantine. A
+//     step that expires keys early breaks Redlock's timing assumption;
+//     that is not a lost dataset and nothing here can see it.
+//
+// CONFIG RESETSTAT lowers the counts: it reads as a loss. So does a
+// master's first replica (or the first after repl-backlog-ttl without
+// one): Redis draws a new replication id when it creates its backlog. Both
+// cost a quarantine, never a lease. Writes of lock
+// keys by anything but redlease (DEL, SET, RESTORE, MIGRATE) are outside
+// the model.
+//
+// Each detection costs the node Config.Quarantine (RestartQuarantine,
+// default MaxTTL) of acquires, from when each engine sees it; a quorum of
+// healthy nodes keeps serving. An unmarked deployment sits out one
+// quarantine, at each engine's first sight, until the first engine marks
+// the nodes; engines that start later trust them at once. MarkNew skips
+// it for nodes that are new.
 package node

@@ -1,11 +1,24 @@
--- KEYS[1] epoch key; ARGV[1] run id of the server process judged safe.
--- Writes the epoch marker (that run id: the process that kept its data
--- since) only if this is still that process: a marker restored on a
--- process that restarted since would make every engine trust it (1 if
--- written, 0 if this is another process).
-local info = redis.call('INFO', 'server')
-if string.match(info, 'run_id:(%x+)') ~= ARGV[1] then
+-- KEYS[1] the epoch marker; ARGV[1] the lineage a probe found and the
+-- engine judged safe (Info.Lineage: "<master_replid> <run_id> <losses>");
+-- ARGV[2] the evicted-keys count that probe saw, or '' not to check it;
+-- ARGV[3...] the commands whose calls count as losses (lossCommands).
+-- Writes the marker (that lineage) only if the dataset is still the one
+-- judged: the same process, the same replication history, no flush, swap
+-- or reload since, and no eviction. Otherwise a loss between the probe and
+-- this write would be laundered: every engine would trust the node at
+-- once. 1 if written, 0 if the node changed.
+local function field(section, name)
+  return string.match(redis.call('INFO', section), name .. ':([^\r\n]*)')
+end
+local stats = redis.call('INFO', 'commandstats')
+local losses = 0
+for i = 3, #ARGV do
+  losses = losses + tonumber(string.match(stats, 'cmdstat_' .. ARGV[i] .. ':calls=(%d+)') or '0')
+end
+local lineage = field('replication', 'master_replid') .. ' ' .. field('server', 'run_id') .. ' ' ..
+  string.format('%d', losses)
+if lineage ~= ARGV[1] or (ARGV[2] ~= '' and field('stats', 'evicted_keys') ~= ARGV[2]) then
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[1], lineage)
 return 1

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -30,22 +31,37 @@ var (
 )
 
 // epochMissing is the acquire script's answer when the node's epoch
-// marker is not the one required: it lost its data since it was written.
+// marker is not the one required, or the node's replication history is
+// not the one the marker names: it lost its data since the marker was
+// written.
 const epochMissing = -1
+
+// lossCommands are the commands that empty or replace a dataset in place,
+// without a restart: their calls (INFO commandstats) are a node's losses.
+// DEBUG counts whole, RELOAD and LOADAOF with SLEEP: Redis counts its
+// subcommands as one.
+var lossCommands = []string{"flushall", "flushdb", "swapdb", "debug"}
 
 // Info is what a probe learns of a node.
 type Info struct {
 	RunID string // changes with every restart
-	// Uptime is how long the process has surely run: INFO's whole
-	// seconds less one, as both its ends are truncated to the second.
+	// ReplID is the node's master_replid: its dataset's replication
+	// history. It is new at every start, promotion (REPLICAOF NO ONE,
+	// failover) and full resync from another primary.
+	ReplID string
+	// Losses counts the process's calls of lossCommands (flushes, swaps,
+	// reloads) since it started or since CONFIG RESETSTAT.
+	Losses int64
+	// Uptime is how long the process says it has run: for people only, as
+	// it follows the node's wall clock, which may step.
 	Uptime  time.Duration
 	Replica bool // a read-only replica, useless for locking
 	// Promoted: a master that was a replica (INFO replication keeps the
 	// replication id it had, second_repl_offset): its data is what it had
 	// replicated, which may lack its master's latest writes.
 	Promoted bool
-	// Epoch is the epoch marker: the run id of the process that wrote it,
-	// "" when there is none.
+	// Epoch is the epoch marker: the lineage of the dataset that an engine
+	// last judged safe, "" when there is none.
 	Epoch string
 	// Evicts is the node's maxmemory-policy when it may evict lock keys (a
 	// maxmemory is set and the policy is not noeviction), "" otherwise.
@@ -57,29 +73,31 @@ type Info struct {
 	RTT     time.Duration // the probe's round trip
 }
 
-// Trusted reports whether the node has kept its data since redlease last
-// checked it: the running process wrote the epoch marker. A marker of
-// another process came back with a snapshot or an AOF, which may have lost
-// the latest lock keys.
-func (i Info) Trusted() bool { return i.Epoch == i.RunID }
-
-// QuarantineFrom is when a quarantine of the process counts from, for a
-// probe answered at at: its start at the latest. For a promoted replica it
-// is at itself: its data may have missed writes up to its promotion, and
-// when that was is not known.
-func (i Info) QuarantineFrom(at time.Time) time.Time {
-	if i.Promoted {
-		return at
-	}
-	return at.Add(-i.Uptime)
+// Lineage names the node's dataset as it is now: its replication history,
+// its process, and how many times that process flushed, swapped or
+// reloaded it. It changes whenever the dataset may have lost keys other
+// than by expiry or eviction (see the package doc), and it is what the
+// epoch marker holds.
+func (i Info) Lineage() string {
+	return i.ReplID + " " + i.RunID + " " + strconv.FormatInt(i.Losses, 10)
 }
 
+// Trusted reports whether the node's dataset is the one an engine last
+// judged safe: the epoch marker names its lineage. A marker of another
+// lineage came back with a snapshot, an AOF, a replica's copy or a reload,
+// any of which may have lost the latest lock keys.
+func (i Info) Trusted() bool { return i.Epoch != "" && i.Epoch == i.Lineage() }
+
+// sameDataset reports whether i and j saw one dataset: one lineage and no
+// eviction between them.
+func (i Info) sameDataset(j Info) bool { return i.Lineage() == j.Lineage() && i.Evicted == j.Evicted }
+
 // Probe connects c if needed and learns, in one round trip, its node's run
-// id, uptime, role, eviction policy and count and epoch marker, loading
-// redlease's scripts on the way so that later batches find them. When
-// prev is an earlier connection to the same process, Probe kills it on the
-// server first: nothing it sent can run after what this connection sends.
-// New connections are made only here.
+// id, replication id, role, losses, eviction policy and count and epoch
+// marker, loading redlease's scripts on the way so that later batches find
+// them. When prev is an earlier connection to the same process, Probe kills
+// it on the server first: nothing it sent can run after what this
+// connection sends. New connections are made only here.
 func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, error) {
 	c.open.Store(true)
 	defer c.open.Store(false)
@@ -87,13 +105,14 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	if err != nil {
 		return Info{}, err
 	}
-	cmds := make(rueidis.Commands, 0, 7)
+	cmds := make(rueidis.Commands, 0, 8)
 	cmds = append(cmds,
 		client.B().ClientId().Build(),
 		client.B().Info().Section("server").Build(),
 		client.B().Info().Section("replication").Build(),
 		client.B().Info().Section("memory").Build(),
 		client.B().Info().Section("stats").Build(),
+		client.B().Info().Section("commandstats").Build(),
 		client.B().Get().Key(epochKey).Build())
 	cmds = append(cmds, client.B().ScriptLoad().Script(batchScript.body).Build())
 	start := time.Now()
@@ -111,24 +130,24 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	repl, _ := res[2].ToString()
 	memory, _ := res[3].ToString()
 	stats, _ := res[4].ToString()
-	info.Epoch, _ = res[5].ToString()
+	commands, _ := res[5].ToString()
+	info.Epoch, _ = res[6].ToString()
 	info.Evicts = evicts(memory)
 	evicted, _ := redisinfo.Field(stats, "evicted_keys")
 	info.Evicted, _ = strconv.ParseInt(evicted, 10, 64)
+	info.Losses = losses(commands)
 	info.RunID, _ = redisinfo.Field(server, "run_id")
+	info.ReplID, _ = redisinfo.Field(repl, "master_replid")
 	role, _ := redisinfo.Field(repl, "role")
 	info.Replica = role == "slave"
 	second, _ := redisinfo.Field(repl, "second_repl_offset")
 	info.Promoted = !info.Replica && second != "" && second != "-1"
-	// uptime_in_seconds is now's whole second less the start's: a process
-	// started at .99 reports 1 at .01, so the true uptime may be up to a
-	// second less. Overstated, it would end a quarantine early.
 	up, _ := redisinfo.Field(server, "uptime_in_seconds")
-	if s, err := strconv.ParseInt(up, 10, 64); err == nil && s > 1 {
-		info.Uptime = time.Duration(s-1) * time.Second
+	if s, err := strconv.ParseInt(up, 10, 64); err == nil {
+		info.Uptime = time.Duration(s) * time.Second
 	}
-	if info.RunID == "" {
-		return Info{}, errors.New("redlease: INFO server has no run_id")
+	if info.RunID == "" || info.ReplID == "" {
+		return Info{}, errors.New("redlease: INFO has no run_id or master_replid")
 	}
 	if prev.RunID == info.RunID && prev.ConnID != 0 && prev.ConnID != info.ConnID {
 		err := client.Do(ctx, client.B().ClientKill().Id(prev.ConnID).Build()).Error()
@@ -140,6 +159,18 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 		return Info{}, errors.New("redlease: the connection changed during the probe")
 	}
 	return info, nil
+}
+
+// losses sums the calls of lossCommands in an INFO commandstats section.
+func losses(commandstats string) int64 {
+	var n int64
+	for _, c := range lossCommands {
+		stat, _ := redisinfo.Field(commandstats, "cmdstat_"+c)
+		calls, _, _ := strings.Cut(strings.TrimPrefix(stat, "calls="), ",")
+		k, _ := strconv.ParseInt(calls, 10, 64)
+		n += k
+	}
+	return n
 }
 
 // evicts is the maxmemory-policy of an INFO memory section when it may
@@ -155,19 +186,25 @@ func evicts(memory string) string {
 	return policy
 }
 
-// Mark writes the epoch marker of runID, the process a probe found, if that
-// process still runs: true if written.
-func (c *Conn) Mark(ctx context.Context, epochKey, runID string) (bool, error) {
+// Mark writes the epoch marker of the dataset a probe found (info), if
+// it is still that dataset (see epoch.lua): true if written. checkEvicted
+// also requires that the node evicted nothing since.
+func (c *Conn) Mark(ctx context.Context, epochKey string, info Info, checkEvicted bool) (bool, error) {
 	client, err := c.get()
 	if err != nil {
 		return false, err
 	}
-	n, err := client.Do(ctx, markCmd(client, epochKey, runID)).AsInt64()
+	n, err := client.Do(ctx, markCmd(client, epochKey, info, checkEvicted)).AsInt64()
 	return n == 1, err
 }
 
-func markCmd(c rueidis.Client, epochKey, runID string) rueidis.Completed {
-	return c.B().Eval().Script(epochLua).Numkeys(1).Key(epochKey).Arg(runID).Build()
+func markCmd(c rueidis.Client, epochKey string, info Info, checkEvicted bool) rueidis.Completed {
+	evicted := ""
+	if checkEvicted {
+		evicted = strconv.FormatInt(info.Evicted, 10)
+	}
+	return c.B().Eval().Script(epochLua).Numkeys(1).Key(epochKey).
+		Arg(info.Lineage(), evicted).Arg(lossCommands...).Build()
 }
 
 // health is what the node actor knows of its node.
@@ -203,26 +240,28 @@ type (
 // batch's slice for reuse.
 type sent struct {
 	actors.Late
-	slot      int       // the job's (job.slot)
-	sentAt    time.Time // when it went out
-	batch     []entry
-	size      int     // entries sent
-	unchecked bool    // nothing was sent: batch waits for a probe, in order
-	retry     []entry // releases that got no answer: sent again first
-	marked    bool    // the epoch marker was written
-	failed    int     // entries that got no answer from Redis
-	lostData  bool    // an acquire found the epoch marker not the one required
+	slot       int       // the job's (job.slot)
+	sentAt     time.Time // when it went out
+	batch      []entry
+	size       int     // entries sent
+	unchecked  bool    // nothing was sent: batch waits for a probe, in order
+	retry      []entry // releases that got no answer: sent again first
+	marked     bool    // the epoch marker was written
+	markFailed bool    // it was not: the dataset changed since the probe
+	failed     int     // entries that got no answer from Redis
+	lostData   bool    // an acquire found the epoch marker not the one required
 }
 
 func (a *nodeActor) quarantineOn() bool { return a.cfg.Quarantine >= 0 }
 
-// epoch is the marker acquires require: the checked process's run id, or
-// none when the quarantine is off.
+// epoch is the marker acquires require: the lineage of the dataset the
+// last probe found, or none when the quarantine is off. The batch script
+// also requires the replication id it names (see batch.lua).
 func (a *nodeActor) epoch() string {
 	if !a.quarantineOn() {
 		return ""
 	}
-	return a.health.checked.RunID
+	return a.health.checked.Lineage()
 }
 
 // start takes the probe New made; a node that was unreachable then is
@@ -236,53 +275,62 @@ func (a *nodeActor) start(first *Info) {
 	a.checked(time.Now(), *first)
 }
 
-// checked takes what a probe at found. A process seen for the first time
-// (a first contact or a restart) is trusted only if it wrote the epoch
-// marker itself; otherwise its data may be older than the process (none
-// at all, or a snapshot that lost the latest lock keys), so it refuses
-// acquires until Quarantine has passed since it started. A process up for
-// longer than that is used at once, unless it is a promoted replica (see
-// Info.QuarantineFrom). A known process whose marker is gone lost its data
-// just now (FLUSHALL).
+// checked takes what a probe at found. A node is untrusted at first sight
+// unless its marker names its dataset's lineage; and a dataset other than
+// the one the previous probe found (another process, replication history,
+// flush, swap, reload or eviction), or a marker that no longer names it,
+// may have lost lock keys at any moment since that probe. Either way the
+// node refuses acquires until Quarantine has passed since at, this
+// engine's own clock, and marks the dataset after that. Nothing is dated
+// by the node's clock or uptime: a clock step would end a quarantine
+// early.
 func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
 	a.health.checked = info
 	a.evictions(at, prev, info)
-	if info.Trusted() {
-		a.health.epochPending = false
-		return
-	}
 	if !a.quarantineOn() {
 		return
 	}
-	promoted := ""
-	if info.Promoted {
-		promoted = ", a promoted replica"
-	}
 	switch {
 	case prev.RunID == "":
-		a.lostData(info.QuarantineFrom(at), "first contact: no epoch marker of this process"+promoted)
+		if !info.Trusted() {
+			a.lostData(at, "first sight: no epoch marker of this dataset"+promoted(info))
+		}
 	case prev.RunID != info.RunID:
-		a.lostData(info.QuarantineFrom(at), "restarted (new run_id)"+promoted)
-	case !a.health.epochPending:
-		a.lostData(at, "epoch marker gone (FLUSHALL?)")
+		a.lostData(at, "restarted (new run_id)"+promoted(info))
+	case prev.ReplID != info.ReplID:
+		a.lostData(at, "new replication history (promoted, or resynced from another primary)")
+	case prev.Losses != info.Losses:
+		a.lostData(at, "flushed, swapped or reloaded its data (FLUSHALL, FLUSHDB, SWAPDB, DEBUG)")
+	case prev.Trusted() && !info.Trusted():
+		a.lostData(at, "epoch marker gone")
 	}
+	if info.Trusted() && !a.health.quarantined(at) {
+		a.health.epochPending = false
+	}
+}
+
+func promoted(info Info) string {
+	if info.Promoted {
+		return ", a promoted replica"
+	}
+	return ""
 }
 
 // evictions quarantines a node that evicted keys, as one that lost its
 // data: the keys may have been lock keys of leases still valid. It goes by
-// the process's count of evicted keys: one that rose since the previous
-// probe, or any at all in a process seen for the first time, which may
-// have evicted them just before. Not with UnsafeEviction, which accepts
-// evictions.
+// the process's count of evicted keys: one that changed since the previous
+// probe (CONFIG RESETSTAT lowers it), or any at all in a process seen for
+// the first time, which may have evicted them just before. Not with
+// UnsafeEviction, which accepts evictions.
 func (a *nodeActor) evictions(at time.Time, prev, info Info) {
-	if a.cfg.UnsafeEviction || info.Evicted == 0 {
+	if a.cfg.UnsafeEviction {
 		return
 	}
 	switch {
-	case prev.RunID != info.RunID:
+	case prev.RunID != info.RunID && info.Evicted > 0:
 		a.lostData(at, "it has evicted keys, maybe lock keys, at a time not known")
-	case info.Evicted > prev.Evicted:
+	case prev.RunID == info.RunID && info.Evicted != prev.Evicted:
 		a.lostData(at, "it evicted keys, maybe lock keys")
 	}
 }
@@ -311,7 +359,7 @@ func (a *nodeActor) probe(j job) {
 	ctx, cancel := context.WithDeadline(context.Background(), j.deadline)
 	m.info, m.err = a.conn.Probe(ctx, a.cfg.EpochKey, j.prev)
 	cancel()
-	// After the answer: the process started no later than at - Uptime.
+	// After the answer: whatever it saw happened before at.
 	m.at = time.Now()
 	a.system.Root.Send(a.self, m)
 }
@@ -358,14 +406,16 @@ func (a *nodeActor) setEvicts(policy string) {
 func (a *nodeActor) batchDone(m *sent) {
 	if m.marked {
 		a.health.epochPending = false
+		a.health.checked.Epoch = a.health.checked.Lineage()
 	}
 	if m.unchecked {
 		a.health.probeDue = true
 		return
 	}
-	if m.lostData && a.quarantineOn() && !a.health.epochPending {
-		// Until the probe tells what happened, count from now.
-		a.lostData(time.Now(), "an acquire found the epoch marker gone")
+	if (m.lostData || m.markFailed) && a.quarantineOn() {
+		// The dataset is not the one the last probe found (or the marker
+		// went): until the probe tells what happened, count from now.
+		a.lostData(time.Now(), "the epoch marker or replication id changed")
 		a.health.probeDue = true
 	}
 	switch {

@@ -33,7 +33,7 @@ type Config struct {
 	Logger  *slog.Logger
 
 	// Health and restart quarantine (see health.go).
-	EpochKey       string        // key of the epoch marker: the run id of the process that kept its data
+	EpochKey       string        // key of the epoch marker: the lineage of the dataset last judged safe
 	Quarantine     time.Duration // how long a node that lost its data refuses acquires; < 0: never
 	HealthInterval time.Duration // between probes while up (a fifth of it while down)
 	First          *Info         // Conn's first probe; nil when the node was unreachable
@@ -219,7 +219,7 @@ type job struct {
 	batch    []entry
 	epoch    string // the marker acquires require ("": none)
 	channel  string // Config.Channel, or "" while the node may evict (no grants)
-	mark     string // write the epoch marker of this run id first
+	mark     *Info  // write the epoch marker of this dataset first
 	probe    bool
 	prev     Info // the probe's previous connection
 	deadline time.Time
@@ -449,7 +449,8 @@ func (a *nodeActor) flush() {
 		j.channel = "" // a grant is an acquire: not on a node that may evict
 	}
 	if mark {
-		j.mark, a.alone = a.health.checked.RunID, true
+		checked := a.health.checked
+		j.mark, a.alone = &checked, true
 	}
 	a.used[slot] = true
 	a.stats.onWire.Add(int64(len(batch)))
@@ -539,6 +540,7 @@ func (a *nodeActor) run(w *wire, j job) {
 	case errors.Is(err, errUnchecked):
 		done.unchecked = true
 		done.batch = j.batch
+	case done.unchecked: // NOSCRIPT: done.batch waits for a probe
 	case err != nil:
 		a.unanswered(j.batch, time.Now(), err, done, &w.out)
 		fallthrough
@@ -562,13 +564,13 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	}()
 	batch := j.batch
 	cmds := make(rueidis.Commands, 0, len(batch)+1)
-	if j.mark != "" {
+	if j.mark != nil {
 		// First, so every acquire after it sees the marker.
-		cmds = append(cmds, markCmd(client, a.cfg.EpochKey, j.mark))
+		cmds = append(cmds, markCmd(client, a.cfg.EpochKey, *j.mark, !a.cfg.UnsafeEviction))
 	}
 	skip := len(cmds)
 	for c := range chunks(len(batch)) {
-		cmds = append(cmds, w.script.build(client, chunkOf(batch, c), false, a.cfg.EpochKey, j.epoch, j.channel, &w.ttl))
+		cmds = append(cmds, w.script.build(client, chunkOf(batch, c), a.cfg.EpochKey, j.epoch, j.channel, &w.ttl))
 	}
 	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)
@@ -581,22 +583,21 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 		a.cfg.Meter.RoundTrip(time.Since(start), len(batch))
 	}
 	if skip > 0 {
-		n, _ := results[0].AsInt64()
-		done.marked = n == 1
+		n, err := results[0].AsInt64()
+		done.marked, done.markFailed = n == 1, err == nil && n == 0
 		results = results[skip:]
 	}
 
-	// A script the node's cache had lost (SCRIPT FLUSH, a restart,
-	// eviction) failed while what followed it ran: send it and everything
-	// after it again, in full, so that the commands take effect in the
-	// order they were issued. Every command is idempotent, and the answers
-	// of the second run are the ones that count.
+	// A node whose script cache lost the batch script (a new process
+	// behind a connection that outlived the old one, SCRIPT FLUSH) is
+	// probed before the script's command and every one after it go again,
+	// in order: the probe loads the script and finds out which dataset
+	// answers now. (The commands after it may have run: every command is
+	// idempotent.)
 	if i := firstNoScript(results); i >= 0 {
-		cmds = cmds[:0]
-		for c := i; c < chunks(len(batch)); c++ {
-			cmds = append(cmds, w.script.build(client, chunkOf(batch, c), true, a.cfg.EpochKey, j.epoch, j.channel, &w.ttl))
-		}
-		copy(results[i:], client.DoMulti(ctx, cmds...))
+		done.unchecked = true
+		done.batch = batch[i*maxScriptOps:]
+		results = results[:i]
 	}
 
 	now := time.Now()

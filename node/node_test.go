@@ -57,10 +57,10 @@ func newHarnessCfg(t *testing.T, cfg Config) *harness {
 		t.Fatal(err)
 	}
 	if cfg.First != nil { // asked for a node that served redlease before
-		if ok, err := cfg.Conn.Mark(t.Context(), epochKey, info.RunID); !ok || err != nil {
+		if ok, err := cfg.Conn.Mark(t.Context(), epochKey, info, true); !ok || err != nil {
 			t.Fatalf("mark: %v %v", ok, err)
 		}
-		info.Epoch = info.RunID
+		info.Epoch = info.Lineage()
 	}
 	cfg.First = &info
 	h.node = Spawn(h.system, cfg)
@@ -482,17 +482,19 @@ func TestMarkReachesOnlyTheJudgedProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := c.Mark(t.Context(), epochKey, info.RunID+"x"); ok || err != nil {
+	other := info
+	other.RunID += "x"
+	if ok, err := c.Mark(t.Context(), epochKey, other, true); ok || err != nil {
 		t.Fatalf("marked for another process: %v %v", ok, err)
 	}
 	if _, ok, _ := h.server.Get(t.Context(), epochKey); ok {
 		t.Fatal("the marker was written for another process")
 	}
-	if ok, err := c.Mark(t.Context(), epochKey, info.RunID); !ok || err != nil {
+	if ok, err := c.Mark(t.Context(), epochKey, info, true); !ok || err != nil {
 		t.Fatalf("mark: %v %v", ok, err)
 	}
-	if v, _, _ := h.server.Get(t.Context(), epochKey); v != info.RunID {
-		t.Fatalf("marker %q, want the run id %q", v, info.RunID)
+	if v, _, _ := h.server.Get(t.Context(), epochKey); v != info.Lineage() {
+		t.Fatalf("marker %q, want the lineage %q", v, info.Lineage())
 	}
 }
 

@@ -25,9 +25,9 @@ var epochLua string
 // nothing else while it runs (64 take it tens of microseconds).
 const maxScriptOps = 64
 
-// script is a Lua script sent by SHA, and in full when the node's script
-// cache lost it (a restart, SCRIPT FLUSH, or eviction on Redis ≥ 7.4);
-// probes load it ahead of use.
+// script is a Lua script sent by SHA; probes load it ahead of use, and a
+// batch that finds the node's script cache without it (a restart, SCRIPT
+// FLUSH, or eviction on Redis ≥ 7.4) waits for a probe.
 type script struct {
 	body, sha string
 }
@@ -64,11 +64,11 @@ type scriptArgs struct {
 	keys, args []string
 }
 
-// build returns the batch script's call for batch (EVALSHA, or with full
-// EVAL): acquires (and grants) require the epoch marker epoch unless it is
-// ""; the waiters it queues are granted while the engine listens on
-// channel (Config.Channel).
-func (s *scriptArgs) build(c rueidis.Client, batch []entry, full bool, epochKey, epoch, channel string, ttl *millis) rueidis.Completed {
+// build returns the batch script's call for batch (EVALSHA: a probe loads
+// the script): acquires (and grants) require the epoch marker epoch, and
+// the replication id it names, unless it is ""; the waiters it queues are
+// granted while the engine listens on channel (Config.Channel).
+func (s *scriptArgs) build(c rueidis.Client, batch []entry, epochKey, epoch, channel string, ttl *millis) rueidis.Completed {
 	if !queues(batch) {
 		channel = "" // unread: spare the bytes
 	}
@@ -76,9 +76,6 @@ func (s *scriptArgs) build(c rueidis.Client, batch []entry, full bool, epochKey,
 	s.args = append(s.args[:0], epoch, channel)
 	for i := range batch {
 		s.add(&batch[i], ttl)
-	}
-	if full {
-		return c.B().Eval().Script(batchScript.body).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.args...).Build()
 	}
 	return c.B().Evalsha().Sha1(batchScript.sha).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.args...).Build()
 }

@@ -366,7 +366,7 @@ func TestScheduleSnapshotRestartTrusted(t *testing.T) {
 			t.Fatal(err)
 		}
 		h.mustOwn(0, "")
-		if _, ok, err := c.Nodes[0].Get(ctx, engine.DefaultKeyPrefix+"epoch"); !ok || err != nil {
+		if _, ok, err := c.Nodes[0].Get(ctx, engine.DefaultKeyPrefix+"lineage"); !ok || err != nil {
 			t.Fatalf("setup: the snapshot lost the epoch key (ok=%v err=%v)", ok, err)
 		}
 
@@ -549,9 +549,6 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 			t.Cleanup(p.Close)
 			const resource = "failover"
 			cfg := engine.Config{Nodes: []string{p.Addr()}, TTL: time.Second, HealthInterval: time.Hour}
-			if err := engine.MarkNew(ctx, cfg); err != nil {
-				t.Fatal(err)
-			}
 			if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
 				t.Fatal(err)
 			}
@@ -559,14 +556,23 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 			if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
 				t.Fatal(err)
 			}
-			primaryID, err := primary.RunID(ctx)
+			for { // the primary's first replica draws it a new replication id: mark after
+				if link, _ := replica.Info(ctx, "replication", "master_link_status"); link == "up" {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := engine.MarkNew(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			primaryMarker, _, err := primary.Get(ctx, engine.DefaultKeyPrefix+"lineage")
 			if err != nil {
 				t.Fatal(err)
 			}
 			// The replica has the marker, and has run for longer than the
 			// quarantine (MaxTTL, the TTL), as replicas do.
 			for {
-				marker, _, err := replica.Get(ctx, engine.DefaultKeyPrefix+"epoch")
+				marker, _, err := replica.Get(ctx, engine.DefaultKeyPrefix+"lineage")
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -574,7 +580,7 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s, _ := strconv.Atoi(up); marker == primaryID && s >= 3 {
+				if s, _ := strconv.Atoi(up); marker == primaryMarker && s >= 3 {
 					break
 				}
 				time.Sleep(50 * time.Millisecond)

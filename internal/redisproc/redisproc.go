@@ -1,6 +1,6 @@
 // Package redisproc starts real redis-server processes on loopback for tests
 // and benchmarks, and breaks them on demand: kill, pause (SIGSTOP), resume
-// (SIGCONT), stall (DEBUG SLEEP), restart on the same port with an empty
+// (SIGCONT), stall (CLIENT PAUSE), restart on the same port with an empty
 // dataset or from a snapshot, and run a node's wall clock ahead of the
 // host's.
 //
@@ -204,7 +204,7 @@ func (n *Node) launch() error {
 		"--daemonize", "no",
 		"--logfile", "",
 		"--dir", n.dir,
-		"--enable-debug-command", "local", // DEBUG SLEEP stalls a node
+		"--enable-debug-command", "local", // DEBUG RELOAD for the reload faults
 	)
 	cmd.Dir = n.dir
 	if n.clock != nil {

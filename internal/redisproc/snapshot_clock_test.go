@@ -87,7 +87,7 @@ func TestStall(t *testing.T) {
 	if err := n.Set(ctx, "k", "v", 0); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := n.Do(ctx, "DEBUG", "SLEEP", "0"); err != nil || v != "OK" {
+	if v, err := n.Do(ctx, "DEBUG", "SLEEP", "0"); err != nil || v != "OK" { // the reload faults need it
 		t.Fatalf("DEBUG SLEEP 0 = %v, %v: DEBUG not enabled for local connections?", v, err)
 	}
 
@@ -114,10 +114,10 @@ func TestStall(t *testing.T) {
 	select {
 	case err := <-woke:
 		if err != nil {
-			t.Fatalf("DEBUG SLEEP: %v", err)
+			t.Fatalf("the stall: %v", err)
 		}
 	case <-ctx.Done():
-		t.Fatal("no word from DEBUG SLEEP")
+		t.Fatal("no word from the stall")
 	}
 
 	if err := n.Kill(); err != nil {
