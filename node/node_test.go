@@ -390,8 +390,8 @@ func TestRestartQuarantine(t *testing.T) {
 // INFO's uptime_in_seconds is the difference of two whole-second clocks:
 // a process started just before a second boundary reports 1 s of uptime a
 // few milliseconds later. Counted as elapsed, that second ended a short
-// quarantine before it began. The quarantine must count from no earlier
-// than the process really started.
+// quarantine before it began. The quarantine counts from when the engine
+// sees the new process, never by its uptime.
 func TestQuarantineCountsFromTheLatestPossibleStart(t *testing.T) {
 	const q = 400 * time.Millisecond
 	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: q, HealthInterval: time.Hour, First: trusted})
@@ -445,16 +445,16 @@ func TestQuarantineOff(t *testing.T) {
 // trusted is newHarnessCfg's cue for a node that served redlease before.
 var trusted = &Info{}
 
-// A node restarted from a snapshot keeps the epoch marker of the process
-// that wrote it but may have lost later lock keys. The reconnect waits for
-// a probe, which finds a marker of another process and quarantines the
-// node from its start: the acquire that caused the reconnect is refused.
+// A node restarted from a snapshot keeps the epoch marker of the dataset
+// before it but may have lost later lock keys. The reconnect waits for a
+// probe, which finds a marker of another lineage and quarantines the node
+// from then: the acquire that caused the reconnect is refused.
 func TestRestoredMarkerOfAnotherProcessIsQuarantined(t *testing.T) {
 	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: time.Minute, HealthInterval: time.Hour, First: trusted})
 	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
 		t.Fatalf("trusted node: %+v", v)
 	}
-	old, err := h.server.RunID(t.Context())
+	old, _, err := h.server.Get(t.Context(), epochKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -739,6 +739,170 @@ func waitFor(t *testing.T, cond func() bool) {
 	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not met within 10s")
+		}
+	}
+}
+
+// Every way the package doc lists of losing a dataset in place changes
+// its lineage, and a marker written for the lineage before is refused
+// after: restart, flushes, swap, reload, promotion, and a master's first
+// replica (Redis draws a new replication id with its backlog). A restart
+// drawing a new replication id is what the batch script's check relies
+// on between probes.
+func TestLineageFollowsTheDataset(t *testing.T) {
+	c := redisproc.Start(t, 2)
+	n, other := c.Nodes[0], c.Nodes[1]
+	ctx := t.Context()
+	conn := NewConn(rueidis.ClientOption{InitAddress: []string{n.Addr()}})
+	defer conn.Close()
+	probe := func() Info {
+		t.Helper()
+		info, err := conn.Probe(ctx, epochKey, Info{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	_, otherPort, _ := strings.Cut(other.Addr(), ":")
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{
+		{"FLUSHALL", func() error { _, err := n.Do(ctx, "FLUSHALL"); return err }},
+		{"FLUSHALL ASYNC", func() error { _, err := n.Do(ctx, "FLUSHALL", "ASYNC"); return err }},
+		{"FLUSHDB", func() error { _, err := n.Do(ctx, "FLUSHDB"); return err }},
+		{"SWAPDB", func() error { _, err := n.Do(ctx, "SWAPDB", "0", "1"); return err }},
+		{"DEBUG RELOAD", func() error {
+			if err := n.Save(ctx); err != nil {
+				return err
+			}
+			_, err := n.Do(ctx, "DEBUG", "RELOAD", "NOSAVE")
+			return err
+		}},
+		{"restart", n.Restart},
+		{"restart from a snapshot", func() error {
+			if err := n.Save(ctx); err != nil {
+				return err
+			}
+			return n.RestartFromSnapshot()
+		}},
+		{"first replica", func() error { return replicate(t, other, n) }},
+		{"demoted and promoted", func() error {
+			if _, err := other.Do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {
+				return err
+			}
+			if _, err := n.Do(ctx, "REPLICAOF", "127.0.0.1", otherPort); err != nil {
+				return err
+			}
+			_, err := n.Do(ctx, "REPLICAOF", "NO", "ONE")
+			return err
+		}},
+	} {
+		before := probe()
+		if ok, err := conn.Mark(ctx, epochKey, before, true); !ok || err != nil {
+			t.Fatalf("%s: mark before: %v %v", step.name, ok, err)
+		}
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		after := probe()
+		if after.Lineage() == before.Lineage() {
+			t.Errorf("%s: lineage %q unchanged", step.name, after.Lineage())
+		}
+		if after.Trusted() {
+			t.Errorf("%s: still trusted (marker %q)", step.name, after.Epoch)
+		}
+		if ok, err := conn.Mark(ctx, epochKey, before, true); ok || err != nil {
+			t.Errorf("%s: the marker of the lineage before was written after: %v %v", step.name, ok, err)
+		}
+		if strings.HasPrefix(step.name, "restart") && after.ReplID == before.ReplID {
+			t.Errorf("%s: the replication id %s did not change", step.name, after.ReplID)
+		}
+	}
+}
+
+// Between probes, the batch script checks the live replication id beside
+// the marker: a node whose marker still names the lineage the engine
+// probed, but whose replication history changed since, refuses acquires
+// and is quarantined without waiting for a probe.
+func TestBatchChecksTheLiveReplID(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: time.Minute, HealthInterval: time.Hour, First: trusted})
+	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
+		t.Fatalf("trusted node: %+v", v)
+	}
+	// A first replica makes the node draw a new replication id; the
+	// marker stays.
+	if err := replicate(t, redisproc.Start(t, 1).Nodes[0], h.server); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.ask(&Acquire{Request: h.req("s", "me", 2), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+		t.Fatalf("after the replication id changed: %+v, want ErrQuarantined", v)
+	}
+}
+
+// A node met without a marker of its dataset is quarantined from when the
+// engine first sees it, however long its process has run: a process that
+// flushed its data, or took a replica's, looks just the same.
+func TestUnmarkedNodeIsQuarantinedAtFirstSight(t *testing.T) {
+	const q = 500 * time.Millisecond
+	c := redisproc.Start(t, 1)
+	for { // up for longer than q, by its own account
+		up, err := c.Nodes[0].ServerInfo(t.Context(), "uptime_in_seconds")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, _ := strconv.Atoi(up); s >= 3 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cfg := Config{Addr: c.Addrs()[0], EpochKey: epochKey, Timeout: time.Second, Quarantine: q, HealthInterval: time.Hour,
+		Conn: NewConn(rueidis.ClientOption{InitAddress: c.Addrs()})}
+	met := time.Now()
+	info, err := cfg.Conn.Probe(t.Context(), epochKey, Info{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.First = &info
+	h := &harness{t: t, server: c.Nodes[0], system: actors.NewSystem(nil), votes: make(chan *Vote, 100)}
+	h.inbox = h.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if v, ok := ctx.Message().(*Vote); ok {
+			h.votes <- v
+		}
+	}))
+	h.node = Spawn(h.system, cfg)
+	t.Cleanup(func() {
+		h.node.Stop()
+		h.system.Shutdown()
+	})
+	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+		t.Fatalf("unmarked node up for seconds: %+v, want ErrQuarantined", v)
+	}
+	if until := h.node.Stats().QuarantineUntil; until.Before(met.Add(q)) {
+		t.Fatalf("quarantined until %v after first sight, want at least %v", until.Sub(met), q)
+	}
+	h.askUntil("r", Granted, 3*time.Second)
+	if marker, _, _ := h.server.Get(t.Context(), epochKey); marker != info.Lineage() {
+		t.Fatalf("marker %q after the quarantine, want the lineage %q", marker, info.Lineage())
+	}
+}
+
+// replicate makes replica replicate primary and waits until it has synced.
+func replicate(t *testing.T, replica, primary *redisproc.Node) error {
+	ctx := t.Context()
+	if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		return err
+	}
+	_, port, _ := strings.Cut(primary.Addr(), ":")
+	if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if link, _ := replica.Info(ctx, "replication", "master_link_status"); link == "up" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not sync with %s within 10s", replica.Addr(), primary.Addr())
 		}
 	}
 }
