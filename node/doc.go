@@ -112,8 +112,11 @@
 //
 // CONFIG RESETSTAT lowers the counts: it reads as a loss. So does a
 // master's first replica (or the first after repl-backlog-ttl without
-// one): Redis draws a new replication id when it creates its backlog. Both
-// cost a quarantine, never a lease. Writes of lock
+// one): Redis draws a new replication id when it creates its backlog. So
+// does FLUSHDB or SWAPDB of another database: INFO counts commands, not
+// databases (a lock node shared with a tenant that flushes its own
+// database sits out a quarantine at each flush). All cost a quarantine,
+// never a lease. Writes of lock
 // keys by anything but redlease (DEL, SET, RESTORE, MIGRATE) are outside
 // the model.
 //

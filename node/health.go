@@ -88,10 +88,6 @@ func (i Info) Lineage() string {
 // any of which may have lost the latest lock keys.
 func (i Info) Trusted() bool { return i.Epoch != "" && i.Epoch == i.Lineage() }
 
-// sameDataset reports whether i and j saw one dataset: one lineage and no
-// eviction between them.
-func (i Info) sameDataset(j Info) bool { return i.Lineage() == j.Lineage() && i.Evicted == j.Evicted }
-
 // Probe connects c if needed and learns, in one round trip, its node's run
 // id, replication id, role, losses, eviction policy and count and epoch
 // marker, loading redlease's scripts on the way so that later batches find
