@@ -1,6 +1,7 @@
 package safety
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -345,6 +346,10 @@ func TestScheduleClockStepAfterRestart(t *testing.T) {
 			t.Fatalf("setup: uptime_in_seconds %q after the step (%v), want an hour", up, err)
 		}
 		h.mustOwn(0, "")
-		h.lastTry("contender", func() (*engine.Lease, error) { return contender().TryAcquire(ctx, resource) })
+		// Acquire, not TryAcquire: a running contender's first round
+		// finds its connection to node 1 gone, and probes it.
+		actx, cancel := context.WithTimeout(ctx, time.Second) // well within E2's validity
+		defer cancel()
+		h.lastTry("contender", func() (*engine.Lease, error) { return contender().Acquire(actx, resource) })
 	})
 }
