@@ -877,14 +877,21 @@ func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) 
 		}
 		return strconv.Atoi(v)
 	}
-	used, err := info("memory", "used_memory")
-	if err != nil {
-		return err
+	// limit sets the memory limit a little above what the node uses now.
+	limit := func() error {
+		used, err := info("memory", "used_memory")
+		if err != nil {
+			return err
+		}
+		return config("maxmemory", strconv.Itoa(used+256<<10))
 	}
-	if err := config("maxmemory", strconv.Itoa(used+256<<10), "maxmemory-policy", "volatile-ttl"); err != nil {
-		return err
-	}
-	err = func() error {
+	err := func() error {
+		if err := limit(); err != nil {
+			return err
+		}
+		if err := config("maxmemory-policy", "volatile-ttl"); err != nil {
+			return err
+		}
 		if !sleep(ctx, 2*workHealth) {
 			return ctx.Err()
 		}
@@ -894,9 +901,21 @@ func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) 
 		}
 		entry := strings.Repeat("x", 1000)
 		cache := []string{"UNLINK"}
+		ooms := 0
 		for evicted := before; evicted < before+100 && len(cache) <= 5000; {
 			key := "cache:" + strconv.Itoa(len(cache))
-			if _, err := n.Do(ctx, "SET", key, entry, "EX", "3600"); err != nil {
+			_, err := n.Do(ctx, "SET", key, entry, "EX", "3600")
+			if err != nil && strings.HasPrefix(err.Error(), "OOM") && ooms < 20 {
+				// Memory the node cannot evict (the engines' buffers,
+				// under load) outgrew the headroom, and nothing with a TTL
+				// is left to evict: raise the limit and fill on.
+				ooms++
+				if err := limit(); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			if cache = append(cache, key); len(cache)%50 == 0 {
