@@ -44,7 +44,8 @@ func waitRunLonger(t *testing.T, d time.Duration, nodes ...*redisproc.Node) {
 // place: FLUSHALL, FLUSHDB, FLUSHALL ASYNC or SWAPDB 0 1 (db 1 is empty).
 // Same process, no marker. A new engine (a service starting, or
 // restarting) that meets node 1 now must not trust it: it would take R
-// through nodes 1 and 3 beside E2.
+// through nodes 1 and 3 beside E2. InspectNodes must not report node 1 as
+// serving either.
 func TestScheduleFlushOnALongRunningNode(t *testing.T) {
 	flushes := [][]string{{"FLUSHALL"}, {"FLUSHDB"}, {"FLUSHALL", "ASYNC"}, {"SWAPDB", "0", "1"}}
 	for _, flush := range flushes {
@@ -64,6 +65,12 @@ func TestScheduleFlushOnALongRunningNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.mustOwn(0, "")
+			// What an operator is told of it: not serving.
+			if reports, err := engine.InspectNodes(ctx, cfg); err != nil {
+				t.Fatal(err)
+			} else if reports[0].Serves(time.Now()) {
+				t.Errorf("InspectNodes reports the flushed node 1 as serving: %+v", reports[0])
+			}
 			h.lastTry("new engine", func() (*engine.Lease, error) {
 				return newEngine(t, cfg).TryAcquire(ctx, resource)
 			})
