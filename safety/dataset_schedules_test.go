@@ -107,6 +107,56 @@ func TestScheduleFlushWhileMarkerPending(t *testing.T) {
 	h.lastTry("E1", func() (*engine.Lease, error) { return e1.TryAcquire(ctx, resource) })
 }
 
+// 1''. The same without a planted key: E holds R on nodes 1 and 2
+// because node 3, restarted empty, was still sitting out its quarantine
+// when E acquired, near its end. Node 1, which has run for longer than the
+// quarantine, is flushed. A new engine that meets the nodes then trusts
+// node 1 at once and node 3 soon after (its quarantine counted from the
+// process start, by INFO's uptime), and would take R through them before
+// E's lease has expired.
+func TestScheduleFlushAfterARestartQuarantine(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	seedEpoch(t, c)
+	const resource = "flush-after-quarantine"
+	ctx := t.Context()
+	// A TTL (and quarantine) long enough that INFO's whole seconds do not
+	// hide the schedule; E probes often, to see node 3's restart at once.
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 4 * time.Second, HealthInterval: time.Hour}
+	waitRunLonger(t, cfg.TTL, c.Nodes[0])
+	probing, _ := probingContender(t, cfg, false)
+	e := newEngine(t, probing)
+	h := newHolders(t, c, resource)
+
+	if err := c.Nodes[2].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var until time.Time
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if until = e.Stats().Nodes[2].QuarantinedUntil; until.After(time.Now()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("setup: E did not quarantine the restarted node 3 within 5s")
+		}
+	}
+	time.Sleep(time.Until(until.Add(-150 * time.Millisecond)))
+	l, err := e.TryAcquire(ctx, resource)
+	if err != nil {
+		t.Fatalf("setup: E: %v", err)
+	}
+	h.held("E", l)
+	h.mustOwn(0, l.Value())
+	h.mustOwn(1, l.Value())
+	h.mustOwn(2, "")
+
+	if _, err := c.Nodes[0].Do(ctx, "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithDeadline(ctx, l.Until())
+	defer cancel()
+	h.lastTry("new engine", func() (*engine.Lease, error) { return newEngine(t, cfg).Acquire(actx, resource) })
+}
+
 // replicate makes replica a replica of primary and waits until it has
 // caught up with everything primary had written.
 func replicate(t *testing.T, replica, primary *redisproc.Node) {
