@@ -37,6 +37,21 @@
 //     volatile-ttl and filled by another tenant's cache entries until it
 //     evicted keys (lock keys first, their TTLs being the shortest), then
 //     set back to noeviction;
+//   - flush: a node emptied in place (FLUSHALL, FLUSHDB, FLUSHALL ASYNC or
+//     SWAPDB 0 1), half the time right before a new engine joins;
+//   - repromote: the spare copies a node and is cut off; the node, after
+//     more leases, resyncs from the spare (older data, its own marker) and
+//     is promoted again;
+//   - failback: a node's address moves to the spare, cut off from it a
+//     moment before, while leases come and go, then back to the node, a
+//     stale former primary with its own marker;
+//   - reload: SAVE, leases come and go, DEBUG RELOAD NOSAVE (the same
+//     process rolled back);
+//   - proxy switch: behind a proxy that keeps client connections, a
+//     node's process changes under the engines (restarted from a
+//     snapshot, or replaced by a lagging replica);
+//   - clock step: a node restarted empty whose wall clock then steps
+//     ahead by more than the quarantine, so its uptime looks long;
 //
 // and some holders pause past their validity before writing.
 //

@@ -70,13 +70,36 @@ const (
 	// evicted keys (lock keys, whose TTLs are the shortest, first), then
 	// set back to noeviction and emptied of the cache.
 	FaultEviction = "eviction"
+	// FaultFlush: a node emptied in place by FLUSHALL, FLUSHDB, FLUSHALL
+	// ASYNC or SWAPDB 0 1, half the time right before a new engine joins.
+	FaultFlush = "flush"
+	// FaultRepromote: the spare copies a node's data and is cut off; the
+	// node, after more leases, is made the spare's replica (a full resync
+	// to older data, its own marker with it) and promoted again.
+	FaultRepromote = "repromote"
+	// FaultFailback: a node's address moves to the spare (cut off from it
+	// a moment before) while leases come and go, then back to the node,
+	// a stale former primary that kept running with its own marker.
+	FaultFailback = "failback"
+	// FaultReload: SAVE, leases come and go, DEBUG RELOAD NOSAVE: the
+	// same process rolled back to the snapshot.
+	FaultReload = "reload"
+	// FaultProxySwitch: behind a proxy that keeps client connections
+	// (KeepProxy), a node's process changes under the engines: restarted
+	// from a snapshot, or replaced by the spare, a lagging replica.
+	FaultProxySwitch = "proxy switch"
+	// FaultClockStep: a node restarted empty whose wall clock then steps
+	// ahead by more than the quarantine, so that its uptime says it has
+	// run for longer.
+	FaultClockStep = "clock step"
 )
 
 // Kinds returns every fault kind Run knows.
 func Kinds() []string {
 	return []string{FaultKillRestart, FaultPause, FaultSlowLink, FaultMajorityPause, FaultBareMajority,
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
-		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover}
+		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover,
+		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep}
 }
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
@@ -817,6 +840,18 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.evict(ctx, n, hold)
 	case FaultFailover:
 		return r.failover(ctx, k, hold)
+	case FaultFlush:
+		return r.flush(ctx, rng, k)
+	case FaultRepromote:
+		return r.repromote(ctx, k, hold)
+	case FaultFailback:
+		return r.failback(ctx, k, hold)
+	case FaultReload:
+		return r.reload(ctx, k, hold)
+	case FaultProxySwitch:
+		return r.proxySwitch(ctx, rng, k, hold)
+	case FaultClockStep:
+		return r.clockStep(ctx, k)
 	}
 	return nil
 }
@@ -842,14 +877,21 @@ func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) 
 		}
 		return strconv.Atoi(v)
 	}
-	used, err := info("memory", "used_memory")
-	if err != nil {
-		return err
+	// limit sets the memory limit a little above what the node uses now.
+	limit := func() error {
+		used, err := info("memory", "used_memory")
+		if err != nil {
+			return err
+		}
+		return config("maxmemory", strconv.Itoa(used+256<<10))
 	}
-	if err := config("maxmemory", strconv.Itoa(used+256<<10), "maxmemory-policy", "volatile-ttl"); err != nil {
-		return err
-	}
-	err = func() error {
+	err := func() error {
+		if err := limit(); err != nil {
+			return err
+		}
+		if err := config("maxmemory-policy", "volatile-ttl"); err != nil {
+			return err
+		}
 		if !sleep(ctx, 2*workHealth) {
 			return ctx.Err()
 		}
@@ -859,9 +901,21 @@ func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) 
 		}
 		entry := strings.Repeat("x", 1000)
 		cache := []string{"UNLINK"}
+		ooms := 0
 		for evicted := before; evicted < before+100 && len(cache) <= 5000; {
 			key := "cache:" + strconv.Itoa(len(cache))
-			if _, err := n.Do(ctx, "SET", key, entry, "EX", "3600"); err != nil {
+			_, err := n.Do(ctx, "SET", key, entry, "EX", "3600")
+			if err != nil && strings.HasPrefix(err.Error(), "OOM") && ooms < 20 {
+				// Memory the node cannot evict (the engines' buffers,
+				// under load) outgrew the headroom, and nothing with a TTL
+				// is left to evict: raise the limit and fill on.
+				ooms++
+				if err := limit(); err != nil {
+					return err
+				}
+				continue
+			}
+			if err != nil {
 				return err
 			}
 			if cache = append(cache, key); len(cache)%50 == 0 {

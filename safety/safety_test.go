@@ -16,7 +16,8 @@ import (
 //
 //	go test -run BoundedRun -v ./safety/
 func TestBoundedRunWithFaults(t *testing.T) {
-	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 50 * time.Second, Faults: true, Logf: t.Logf})
+	// 75s: 21 kinds, each round of them about 15s.
+	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 75 * time.Second, Faults: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

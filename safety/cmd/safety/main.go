@@ -2,7 +2,9 @@
 // nodes it starts and breaks (see package safety for the fault kinds:
 // kills and restarts without persistence or from a stale snapshot,
 // pauses, stalls, slow links, script cache flushes, killed connections,
-// idle and new engines, clock jumps; holders pausing past their
+// idle and new engines, clock jumps; datasets lost in place or behind a
+// live connection: flushes, re-promotions, failbacks, reloads, proxy
+// switches, clock steps after a restart; holders pausing past their
 // validity). It prints the guarantees' report, then the clock jumps'
 // report apart, and exits 1 if any safety property was violated.
 //

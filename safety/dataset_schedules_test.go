@@ -1,0 +1,412 @@
+package safety
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// Schedules of issue 27: a node whose dataset lost lock keys without a
+// restart the engine could see (a flush, a resync, a reload, a process
+// swapped under a kept connection, a clock step after a restart). Each
+// ends with a contender that must be refused while a holder holds.
+//
+//	go test -race -count=1 -run 'Schedule(Flush|Repromoted|Failback|Reload|KeptConnection|ClockStep)' -v ./safety/
+
+// waitRunLonger waits until every node's process has run for longer than
+// d by INFO's uptime_in_seconds, less its truncation: an engine that goes
+// by uptime would call it older than a quarantine of d.
+func waitRunLonger(t *testing.T, d time.Duration, nodes ...*redisproc.Node) {
+	t.Helper()
+	want := int(d/time.Second) + 3
+	for _, n := range nodes {
+		for {
+			up, err := n.ServerInfo(t.Context(), "uptime_in_seconds")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, _ := strconv.Atoi(up); s >= want {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// 1. "A flush on a node that has run longer than the quarantine." E2
+// holds R on nodes 1 and 2 (node 3 held a foreign key then). Node 1,
+// which has run for longer than the quarantine, loses its dataset in
+// place: FLUSHALL, FLUSHDB, FLUSHALL ASYNC or SWAPDB 0 1 (db 1 is empty).
+// Same process, no marker. A new engine (a service starting, or
+// restarting) that meets node 1 now must not trust it: it would take R
+// through nodes 1 and 3 beside E2. InspectNodes must not report node 1 as
+// serving either.
+func TestScheduleFlushOnALongRunningNode(t *testing.T) {
+	flushes := [][]string{{"FLUSHALL"}, {"FLUSHDB"}, {"FLUSHALL", "ASYNC"}, {"SWAPDB", "0", "1"}}
+	for _, flush := range flushes {
+		t.Run(strings.Join(flush, " "), func(t *testing.T) {
+			t.Parallel() // each waits for its nodes to age
+			c := redisproc.Start(t, 3)
+			seedEpoch(t, c)
+			ctx := t.Context()
+			resource := "flush-" + strings.ToLower(strings.Join(flush, "-"))
+			cfg := engine.Config{Nodes: c.Addrs(), TTL: 3 * time.Second, HealthInterval: time.Hour}
+			waitRunLonger(t, cfg.TTL, c.Nodes[0])
+			e2 := newEngine(t, cfg)
+			h := newHolders(t, c, resource)
+			h.takeOnTwo("E2", e2)
+
+			if _, err := c.Nodes[0].Do(ctx, flush...); err != nil {
+				t.Fatal(err)
+			}
+			h.mustOwn(0, "")
+			// What an operator is told of it: not serving.
+			if reports, err := engine.InspectNodes(ctx, cfg); err != nil {
+				t.Fatal(err)
+			} else if reports[0].Serves(time.Now()) {
+				t.Errorf("InspectNodes reports the flushed node 1 as serving: %+v", reports[0])
+			}
+			h.lastTry("new engine", func() (*engine.Lease, error) {
+				return newEngine(t, cfg).TryAcquire(ctx, resource)
+			})
+		})
+	}
+}
+
+// 1'. "A running engine whose marker write is pending ignores a flush."
+// E1 meets nodes that were never marked and have run for longer than the
+// quarantine; it has nothing to send them yet, so the marker it means to
+// write stays pending. E2 (which marks the nodes with its acquire) holds R
+// on nodes 1 and 2. Node 1 is flushed. E1, which has not sent node 1 a
+// batch since, takes R: the marker goes in front of its acquire, and node
+// 1 (empty) and node 3 grant beside E2. A flush must count whoever was to
+// write the marker.
+func TestScheduleFlushWhileMarkerPending(t *testing.T) {
+	c := redisproc.Start(t, 3) // never marked
+	const resource = "flush-pending-marker"
+	ctx := t.Context()
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 2 * time.Second, HealthInterval: time.Hour}
+	waitRunLonger(t, cfg.TTL, c.Nodes...)
+	e1 := newEngine(t, cfg)
+	e2 := newEngine(t, cfg)
+	// Whatever quarantine the engines see in unmarked nodes, it is over
+	// before the holder acquires.
+	waitQuarantines(t, e1, e2)
+	h := newHolders(t, c, resource)
+	h.takeOnTwo("E2", e2)
+
+	if _, err := c.Nodes[0].Do(ctx, "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	h.mustOwn(0, "")
+	h.lastTry("E1", func() (*engine.Lease, error) { return e1.TryAcquire(ctx, resource) })
+}
+
+// 1''. The same without a planted key: E holds R on nodes 1 and 2
+// because node 3, restarted empty, was still sitting out its quarantine
+// when E acquired, near its end. Node 1, which has run for longer than the
+// quarantine, is flushed. A new engine that meets the nodes then trusts
+// node 1 at once and node 3 soon after (its quarantine counted from the
+// process start, by INFO's uptime), and would take R through them before
+// E's lease has expired.
+func TestScheduleFlushAfterARestartQuarantine(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	seedEpoch(t, c)
+	const resource = "flush-after-quarantine"
+	ctx := t.Context()
+	// A TTL (and quarantine) long enough that INFO's whole seconds do not
+	// hide the schedule; E probes often, to see node 3's restart at once.
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 4 * time.Second, HealthInterval: time.Hour}
+	waitRunLonger(t, cfg.TTL, c.Nodes[0])
+	probing, _ := probingContender(t, cfg, false)
+	e := newEngine(t, probing)
+	h := newHolders(t, c, resource)
+
+	if err := c.Nodes[2].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	var until time.Time
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if until = e.Stats().Nodes[2].QuarantinedUntil; until.After(time.Now()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("setup: E did not quarantine the restarted node 3 within 5s")
+		}
+	}
+	time.Sleep(time.Until(until.Add(-150 * time.Millisecond)))
+	l, err := e.TryAcquire(ctx, resource)
+	if err != nil {
+		t.Fatalf("setup: E: %v", err)
+	}
+	h.held("E", l)
+	h.mustOwn(0, l.Value())
+	h.mustOwn(1, l.Value())
+	h.mustOwn(2, "")
+
+	if _, err := c.Nodes[0].Do(ctx, "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithDeadline(ctx, l.Until())
+	defer cancel()
+	h.lastTry("new engine", func() (*engine.Lease, error) { return newEngine(t, cfg).Acquire(actx, resource) })
+}
+
+// replicate makes replica a replica of primary and waits until it has
+// caught up with everything primary had written.
+func replicate(t *testing.T, replica, primary *redisproc.Node) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := strings.Cut(primary.Addr(), ":")
+	if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("setup: %s did not catch up with %s in 10s", replica.Addr(), primary.Addr())
+		}
+		link, _ := replica.Info(ctx, "replication", "master_link_status")
+		if link != "up" {
+			continue
+		}
+		want, err := primary.Info(ctx, "replication", "master_repl_offset")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := replica.Info(ctx, "replication", "slave_repl_offset"); got != "" && atoi(got) >= atoi(want) {
+			return
+		}
+	}
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// promote makes n a primary again (REPLICAOF NO ONE).
+func promote(t *testing.T, n *redisproc.Node) {
+	t.Helper()
+	if _, err := n.Do(t.Context(), "REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// 2. "A marker that comes back through replication." Node 1 (P) is
+// replicated by a spare R, which copies P's marker; R is cut off
+// (promoted) before E1 takes R on nodes 1 and 2. P is then made a replica
+// of R, which replaces its dataset by R's (a full resync: no E1 key, P's
+// own marker), and promoted again. A contender, new or running through it
+// all (probing often), must not trust P's marker: it names P, but P's data
+// came from elsewhere.
+func TestScheduleRepromotedPrimary(t *testing.T) {
+	for _, running := range []bool{false, true} {
+		t.Run(map[bool]string{false: "new engine", true: "running engine"}[running], func(t *testing.T) {
+			ctx := t.Context()
+			all := redisproc.Start(t, 4)
+			p, spare := all.Nodes[0], all.Nodes[3]
+			c := &redisproc.Cluster{Nodes: all.Nodes[:3]}
+			const resource = "repromoted"
+			cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
+			if err := engine.MarkNew(ctx, cfg); err != nil {
+				t.Fatal(err)
+			}
+			replicate(t, spare, p) // the spare has P's marker
+			promote(t, spare)
+
+			e1 := newEngine(t, cfg)
+			probing, contender := probingContender(t, cfg, running)
+			h := newHolders(t, c, resource)
+			h.takeOnTwo("E1", e1)
+
+			replicate(t, p, spare) // P's dataset is the spare's: without E1's key
+			h.mustOwn(0, "")
+			promote(t, p)
+			if running {
+				waitProbes(t, p, 2)
+			}
+			h.lastTry("contender", func() (*engine.Lease, error) {
+				if contender == nil {
+					contender = newEngine(t, probing)
+				}
+				return contender.TryAcquire(ctx, resource)
+			})
+		})
+	}
+}
+
+// 2'. "A failback to a stale former primary behind one address." Node 1
+// is an address (a proxy) in front of primary A, replicated by B. B is
+// promoted and the address moved to it (a failover); A keeps running on
+// its own, with its own marker. E1 takes R on B and node 2. The address
+// moves back to A (a failback), whose data lacks E1's key. A contender
+// that ran through it all (probing often) sees a process it met before
+// and its valid marker, and must still not trust it: the node behind the
+// address changed lineage under it.
+//
+// A new engine cannot be told A from a node that never lost a key (its
+// marker, run id and replication id are all its own), so only a running
+// engine is asked here.
+func TestScheduleFailbackToAStalePrimary(t *testing.T) {
+	ctx := t.Context()
+	all := redisproc.Start(t, 4)
+	a, b := all.Nodes[0], all.Nodes[3]
+	p, err := NewProxy(a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	const resource = "failback"
+	cfg := engine.Config{Nodes: []string{p.Addr(), all.Nodes[1].Addr(), all.Nodes[2].Addr()}, TTL: 5 * time.Second, HealthInterval: time.Hour}
+	if err := engine.MarkNew(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, contender := probingContender(t, cfg, true)
+	replicate(t, b, a)
+	promote(t, b)
+	p.Failover(b.Addr())
+	waitProbes(t, b, 2) // the contender met B
+
+	e1 := newEngine(t, cfg)
+	waitQuarantines(t, e1, contender) // B may sit out a quarantine (a promoted replica)
+	h := newHolders(t, &redisproc.Cluster{Nodes: []*redisproc.Node{b, all.Nodes[1], all.Nodes[2]}}, resource)
+	h.takeOnTwo("E1", e1)
+
+	p.Failover(a.Addr())
+	waitProbes(t, a, 2)
+	h.c.Nodes[0] = a // the node behind the address, for the report
+	h.mustOwn(0, "")
+	h.lastTry("contender", func() (*engine.Lease, error) { return contender.TryAcquire(ctx, resource) })
+}
+
+// 3. "An in-place rollback." Node 1 is snapshotted (SAVE: marker, no
+// lease); E2 takes R on nodes 1 and 2; DEBUG RELOAD NOSAVE reloads node
+// 1 from the snapshot: same process, same run id, same marker, E2's key
+// gone. A contender, new or running through it (probing often), must not
+// take R through nodes 1 and 3.
+func TestScheduleReloadInPlace(t *testing.T) {
+	withContenders(t, func(t *testing.T, c *redisproc.Cluster, running bool) {
+		ctx := t.Context()
+		const resource = "reload"
+		cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
+		e2 := newEngine(t, cfg)
+		probing, contender := probingContender(t, cfg, running)
+		h := newHolders(t, c, resource)
+		if err := c.Nodes[0].Save(ctx); err != nil {
+			t.Fatal(err)
+		}
+		h.takeOnTwo("E2", e2)
+
+		if _, err := c.Nodes[0].Do(ctx, "DEBUG", "RELOAD", "NOSAVE"); err != nil {
+			t.Fatal(err)
+		}
+		h.mustOwn(0, "")
+		if running {
+			waitProbes(t, c.Nodes[0], 2)
+		}
+		h.lastTry("contender", func() (*engine.Lease, error) {
+			if contender == nil {
+				contender = newEngine(t, probing)
+			}
+			return contender.TryAcquire(ctx, resource)
+		})
+	})
+}
+
+// 4. "A connection that outlives its process." The contender reaches
+// node 1 through a proxy that keeps client connections when the process
+// behind it changes (KeepProxy), and probed node 1 through it. E2 takes R
+// on nodes 1 and 2 (directly). Node 1's process is then replaced, and the
+// proxy moves the contender's connection to the new one: a restart from
+// a snapshot taken before E2's acquire (marker, no lease), or a replica
+// that stopped replicating before it (the old marker, no lease). Before
+// any probe, the contender acquires: its batch meets a process it never
+// probed (NOSCRIPT, for one) and must not be granted.
+func TestScheduleKeptConnectionNewProcess(t *testing.T) {
+	for _, swap := range []string{"snapshot restart", "lagging replica"} {
+		t.Run(swap, func(t *testing.T) {
+			ctx := t.Context()
+			all := redisproc.Start(t, 4)
+			c := &redisproc.Cluster{Nodes: all.Nodes[:3]}
+			x, spare := c.Nodes[0], all.Nodes[3]
+			seedEpoch(t, c)
+			kp, err := NewKeepProxy(x.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(kp.Close)
+			const resource = "kept-connection"
+			cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
+			via := cfg
+			via.Nodes = append([]string{kp.Addr()}, cfg.Nodes[1:]...)
+			contender := newEngine(t, via) // connected to x through the proxy, and probed it
+			e2 := newEngine(t, cfg)
+			h := newHolders(t, c, resource)
+
+			switch swap {
+			case "snapshot restart":
+				if err := x.Save(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case "lagging replica":
+				replicate(t, spare, x)
+				promote(t, spare)
+			}
+			h.takeOnTwo("E2", e2)
+
+			switch swap {
+			case "snapshot restart":
+				if err := x.RestartFromSnapshot(); err != nil {
+					t.Fatal(err)
+				}
+			case "lagging replica":
+				x = spare
+				h.c.Nodes[0] = x
+			}
+			if err := kp.Switch(x.Addr()); err != nil {
+				t.Fatal(err)
+			}
+			h.mustOwn(0, "")
+			h.lastTry("contender", func() (*engine.Lease, error) { return contender.TryAcquire(ctx, resource) })
+		})
+	}
+}
+
+// 5. "A clock step after a restart." E2 holds R on nodes 1 and 2. Node 1
+// restarts empty, and its wall clock then steps an hour ahead (NTP
+// after boot): INFO's uptime_in_seconds says it has run for an hour. A
+// contender, new or running through it, must still keep node 1 out until
+// E2's lease has expired: how long a process has run is not what its
+// clock says.
+func TestScheduleClockStepAfterRestart(t *testing.T) {
+	withContenders(t, func(t *testing.T, c *redisproc.Cluster, running bool) {
+		ctx := t.Context()
+		const resource = "clock-step"
+		cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
+		e2 := newEngine(t, cfg)
+		contender := contenderFor(t, cfg, running)
+		h := newHolders(t, c, resource)
+		h.takeOnTwo("E2", e2)
+
+		if err := c.Nodes[0].RestartClockAhead(0); err != nil { // empty, on a clock we can step
+			t.Fatal(err)
+		}
+		if err := c.Nodes[0].SetClockAhead(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if up, err := c.Nodes[0].ServerInfo(ctx, "uptime_in_seconds"); err != nil || atoi(up) < 3600 {
+			t.Fatalf("setup: uptime_in_seconds %q after the step (%v), want an hour", up, err)
+		}
+		h.mustOwn(0, "")
+		// Acquire, not TryAcquire: a running contender's first round
+		// finds its connection to node 1 gone, and probes it.
+		actx, cancel := context.WithTimeout(ctx, time.Second) // well within E2's validity
+		defer cancel()
+		h.lastTry("contender", func() (*engine.Lease, error) { return contender().Acquire(actx, resource) })
+	})
+}
