@@ -2,6 +2,7 @@ package safety
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,7 +108,7 @@ func TestScheduleFlushWhileMarkerPending(t *testing.T) {
 	h.lastTry("E1", func() (*engine.Lease, error) { return e1.TryAcquire(ctx, resource) })
 }
 
-// 1''. The same without a planted key: E holds R on nodes 1 and 2
+// 1”. The same without a planted key: E holds R on nodes 1 and 2
 // because node 3, restarted empty, was still sitting out its quarantine
 // when E acquired, near its end. Node 1, which has run for longer than the
 // quarantine, is flushed. A new engine that meets the nodes then trusts
@@ -210,13 +211,15 @@ func TestScheduleRepromotedPrimary(t *testing.T) {
 			ctx := t.Context()
 			all := redisproc.Start(t, 4)
 			p, spare := all.Nodes[0], all.Nodes[3]
-			c := &redisproc.Cluster{Nodes: all.Nodes[:3]}
+			c := &redisproc.Cluster{Nodes: slices.Clone(all.Nodes[:3])} // a copy: Nodes[0] may be replaced
 			const resource = "repromoted"
 			cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
+			// P's first replica draws it a new replication id: mark after.
+			replicate(t, spare, p)
 			if err := engine.MarkNew(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
-			replicate(t, spare, p) // the spare has P's marker
+			replicate(t, spare, p) // caught up: the spare has P's marker
 			promote(t, spare)
 
 			e1 := newEngine(t, cfg)
@@ -332,8 +335,12 @@ func TestScheduleKeptConnectionNewProcess(t *testing.T) {
 		t.Run(swap, func(t *testing.T) {
 			ctx := t.Context()
 			all := redisproc.Start(t, 4)
-			c := &redisproc.Cluster{Nodes: all.Nodes[:3]}
+			c := &redisproc.Cluster{Nodes: slices.Clone(all.Nodes[:3])} // a copy: Nodes[0] may be replaced
 			x, spare := c.Nodes[0], all.Nodes[3]
+			if swap == "lagging replica" {
+				// x's first replica draws it a new replication id: mark after.
+				replicate(t, spare, x)
+			}
 			seedEpoch(t, c)
 			kp, err := NewKeepProxy(x.Addr())
 			if err != nil {
@@ -354,7 +361,7 @@ func TestScheduleKeptConnectionNewProcess(t *testing.T) {
 					t.Fatal(err)
 				}
 			case "lagging replica":
-				replicate(t, spare, x)
+				replicate(t, spare, x) // caught up: the spare has x's marker
 				promote(t, spare)
 			}
 			h.takeOnTwo("E2", e2)
