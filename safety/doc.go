@@ -14,8 +14,9 @@
 //   - restart under a bare majority: two nodes dead, a third restarted
 //     empty, the two back empty (the Redlock critique's case);
 //   - script flush: SCRIPT FLUSH while leases come and go;
-//   - debug sleep: a node stalled by DEBUG SLEEP (50-300ms, from a
-//     connection of its own) with batches in flight;
+//   - debug sleep: a node stalled (CLIENT PAUSE ALL, 50-300ms, from a
+//     connection of its own; named for DEBUG SLEEP, which it used until
+//     engines counted DEBUG as a possible reload) with batches in flight;
 //   - snapshot restart: a node snapshotted, then restarted from that
 //     snapshot after some leases came and went: it keeps the epoch key
 //     but loses the writes after the snapshot;

@@ -34,8 +34,9 @@ const (
 	FaultBareMajority = "restart under a bare majority"
 	// FaultScriptFlush: SCRIPT FLUSH on a node while leases come and go.
 	FaultScriptFlush = "script flush"
-	// FaultDebugSleep: a node stalled (DEBUG SLEEP 50-300ms, from a
-	// connection of its own) with batches in flight.
+	// FaultDebugSleep: a node stalled (CLIENT PAUSE ALL 50-300ms, from a
+	// connection of its own) with batches in flight. (DEBUG SLEEP, as
+	// the name says, until engines counted DEBUG calls as reloads.)
 	FaultDebugSleep = "debug sleep"
 	// FaultSnapshotRestart: a node snapshotted (SAVE), then, after some
 	// leases came and went, killed and restarted from that snapshot: it

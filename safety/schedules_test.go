@@ -271,7 +271,7 @@ func scriptSHA(t *testing.T, name string) (body, sha string) {
 
 // (b) "NOSCRIPT re-sends run after the rest of their batch." Node X's
 // script cache held the acquire script but not the release script. X was
-// stalled (DEBUG SLEEP from another connection) with E1's acquire (round r)
+// stalled (redisproc.Stall, from another connection) with E1's acquire (round r)
 // in flight. Nodes A and B hold foreign keys, so round r fails at once; its
 // cleanup release (r+1) and, after A's foreign key is gone, the retry
 // acquire (r+2) queue at X behind the stalled batch and go out together.
