@@ -79,7 +79,7 @@
 -- earlier (when it began to wait). It does so only when the epoch marker
 -- is the one the releasing batch requires (as for an acquire), when the
 -- releasing engine grants at all here (ARGV[2]: not while the node may
--- evict lock keys, when it refuses acquires too), and only
+-- evict lock keys or sits out a quarantine, when it refuses acquires too), and only
 -- while the waiter's engine listens on its channel on this node: a waiter
 -- whose process died (its connections closed) is only named, and the one
 -- after it goes as before, rather than wait for the grant to expire.

@@ -218,7 +218,7 @@ type job struct {
 	sentAt   time.Time
 	batch    []entry
 	epoch    string // the marker acquires require ("": none)
-	channel  string // Config.Channel, or "" while the node may evict (no grants)
+	channel  string // Config.Channel, or "" while the node may evict or is quarantined (no grants)
 	mark     string // write the epoch marker of this run id first
 	probe    bool
 	prev     Info // the probe's previous connection
@@ -445,8 +445,10 @@ func (a *nodeActor) flush() {
 		deadline = now.Add(a.cfg.Timeout)
 	}
 	j := job{slot: slot, sentAt: now, batch: batch, epoch: a.epoch(), channel: a.cfg.Channel, deadline: deadline}
-	if a.health.evicting != nil {
-		j.channel = "" // a grant is an acquire: not on a node that may evict
+	if a.health.evicting != nil || quarantined {
+		// A grant is an acquire: not on a node that may evict, nor on one
+		// that sits out a quarantine (it may have lost the holder's key).
+		j.channel = ""
 	}
 	if mark {
 		j.mark, a.alone = a.health.checked.RunID, true
