@@ -454,8 +454,9 @@ func (a *leaseActor) handle(msg any) {
 		a.answerFailure()
 	case *Close:
 		if a.holding() {
+			err := a.finish(m.Err) // before its release: see finish
 			a.releaseAll()
-			a.end(m.Err)
+			a.wrapUp(err)
 		} else {
 			a.abort(m.Abort)
 		}
@@ -1206,22 +1207,29 @@ func (a *leaseActor) onRelease(m *Release) {
 		m.Reply <- ReleaseResult{Err: a.state.Err()}
 		return
 	}
+	err := a.finish(ErrReleased) // before the release may grant the next holder the key
 	if a.cfg.Line != nil {
 		a.cfg.Line.HandOff(a) // releaseAll, queueing the next caller
 	} else {
 		a.releaseAll()
 	}
-	a.end(ErrReleased)
+	a.wrapUp(err)
 	a.phase, a.release = releasing, m.Reply
 }
 
 // end ends the lease with err, unless its deadline timer was first, and
 // wraps up.
-func (a *leaseActor) end(err error) {
+func (a *leaseActor) end(err error) { a.wrapUp(a.finish(err)) }
+
+// finish ends the lease's state (Done closed, Err set) with err, unless
+// its deadline timer was first, and returns the error it ended with. A
+// release goes to the nodes only after it: the release may grant the key
+// to the next holder, who must never see this lease still held.
+func (a *leaseActor) finish(err error) error {
 	if !a.state.finish(err) {
 		err = a.state.err
 	}
-	a.wrapUp(err)
+	return err
 }
 
 // wrapUp follows the end of the lease: the terminal event, the closed event
@@ -1386,8 +1394,9 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	a.cfg.Logger.Error("redlease: lease actor panicked", "resource", a.cfg.Resource, "panic", reason)
 	switch a.phase {
 	case held, extending:
+		err := a.finish(lost(err))
 		a.releaseAll()
-		a.end(lost(err))
+		a.wrapUp(err)
 	case acquiring, fencing, backingOff, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {
