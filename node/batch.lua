@@ -115,7 +115,11 @@ local function join(queue, since, member, ttl, value)
   if value and ARGV[2] ~= '' then
     local grants = queue .. ':grants'
     redis.call('HSET', grants, member, ttl .. ' ' .. ARGV[2] .. ' ' .. value)
-    redis.call('PEXPIRE', grants, 2 * tonumber(ttl))
+    -- Only raised, as the queue's: a shorter waiter's must not drop a
+    -- longer one's entry.
+    if redis.call('PTTL', grants) < 2 * tonumber(ttl) then
+      redis.call('PEXPIRE', grants, 2 * tonumber(ttl))
+    end
   end
 end
 

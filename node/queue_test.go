@@ -290,3 +290,19 @@ func TestNoGrantsWhileQuarantined(t *testing.T) {
 		t.Fatalf("the quarantined node's lock key holds %v (%v), want none", got, err)
 	}
 }
+
+// A waiter with a short TTL who joins after one with a long TTL does not
+// shorten the grants' life: the long waiter's entry stays for twice its
+// own TTL, as its place in the queue does (issue 27, 11).
+func TestGrantsOutliveTheLongestWaiter(t *testing.T) {
+	s := newScene(t, newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: -1, Channel: "engine-a"}))
+	s.acquire("holder", "", time.Minute, Granted)
+	s.acquire("long", "100", time.Minute, Taken)
+	s.acquire("short", "200", time.Second, Taken)
+	for _, key := range []string{"k:queue", "k:queue:grants"} {
+		pttl, err := s.h.server.Do(t.Context(), "PTTL", key)
+		if ms, ok := pttl.(int64); err != nil || !ok || ms < time.Minute.Milliseconds() {
+			t.Fatalf("%s lives %v ms more (%v), want twice the long waiter's minute", key, pttl, err)
+		}
+	}
+}
