@@ -116,7 +116,9 @@ type Line interface {
 
 // Releaser sends a held lease's release (see Line.HandOff).
 type Releaser interface {
-	ReleaseQueueing(since time.Time, value string, ttl time.Duration)
+	// ungranted: value is a place kept for a caller not come yet, which
+	// the nodes name but never grant (node.Release.SuccessorUngranted).
+	ReleaseQueueing(since time.Time, value string, ttl time.Duration, ungranted bool)
 }
 
 // WakeJitter bounds the random delay between hearing a release and the
@@ -280,11 +282,13 @@ type bound struct {
 	successor      string
 	successorSince int64 // Unix microseconds
 	successorTTL   time.Duration
-	waitingFor     string // waiting: the holder in the way ("": any)
-	cause          error  // why acquiring failed
-	failedVotes    []node.Vote
-	release        chan<- ReleaseResult  // releasing: the Release to answer
-	waiters        []chan<- ExtendResult // manual Extend calls on the round in flight
+	// successorUngranted: the successor is a kept place (Releaser)
+	successorUngranted bool
+	waitingFor         string // waiting: the holder in the way ("": any)
+	cause              error  // why acquiring failed
+	failedVotes        []node.Vote
+	release            chan<- ReleaseResult  // releasing: the Release to answer
+	waiters            []chan<- ExtendResult // manual Extend calls on the round in flight
 }
 
 // body is a lease as it outlives the actors that run it: its state, and
@@ -714,8 +718,8 @@ func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 // ReleaseQueueing implements Releaser: releaseAll, queueing the caller
 // next in line too (an interface rather than a closure: a release costs
 // no allocation for it).
-func (a *leaseActor) ReleaseQueueing(since time.Time, value string, ttl time.Duration) {
-	a.successorSince, a.successor, a.successorTTL = since.UnixMicro(), value, ttl
+func (a *leaseActor) ReleaseQueueing(since time.Time, value string, ttl time.Duration, ungranted bool) {
+	a.successorSince, a.successor, a.successorTTL, a.successorUngranted = since.UnixMicro(), value, ttl, ungranted
 	a.send(a.handOffCmd, nil)
 }
 
@@ -724,7 +728,7 @@ func (a *leaseActor) handOffCmd(r node.Request) node.Command {
 	c := a.finalReleaseCmd(r).(*node.Release)
 	if a.successor != "" {
 		c.Successor, c.SuccessorSince = a.successor, strconv.FormatInt(a.successorSince, 10)
-		c.SuccessorTTL = a.successorTTL
+		c.SuccessorTTL, c.SuccessorUngranted = a.successorTTL, a.successorUngranted
 	}
 	return c
 }

@@ -16,7 +16,7 @@
 --   s  release          KEYS lock;        ARGV value, announce, leave,
 --                                         then since, value, TTL of a
 --                                         successor to queue (value '': none),
---                                         keep
+--                                         keep, ungranted
 --   q  queue            KEYS lock;        ARGV value, since, TTL
 --   f  fence            KEYS lock, fence; ARGV value, token
 -- The common commands (a, d, r, l) carry no argument they do not use: each
@@ -60,7 +60,8 @@
 -- its stead, with no holder: " <next> <after it>". A successor (the next
 -- caller in the owner's engine's line, or a place kept for its next
 -- caller) joins the queue first, as its refused acquire would, so that the
--- announcement can name it. Keeping (s with keep: a failed round's
+-- announcement can name it; ungranted ('1': a place kept for a caller
+-- not come yet), it is named but never granted the key. Keeping (s with keep: a failed round's
 -- cleanup on a node that refused the round), a key that the owner holds
 -- is a release's grant: it stays, and nothing else is done (0). An
 -- uncontended announced release costs one EXISTS more; a silent one (d)
@@ -191,7 +192,8 @@ local function run(c, k, a)
       leaves(queue, me)
     end
     if c == 's' and queued and ARGV[a + 4] ~= '' then
-      join(queue, ARGV[a + 3], redis.sha1hex(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 4])
+      -- An ungranted successor (a kept place) is named, never granted.
+      join(queue, ARGV[a + 3], redis.sha1hex(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 7] ~= '1' and ARGV[a + 4])
     end
     local holder = redis.call('GET', lock)
     local deleted = holder == value
@@ -262,7 +264,7 @@ local function step(c)
   elseif c == 'a' or c == 'e' or c == 'f' then
     a = a + 3
   elseif c == 's' then
-    a = a + 8
+    a = a + 9
   else
     a = a + 4
   end

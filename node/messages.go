@@ -104,6 +104,11 @@ type Release struct {
 	// the key sets that TTL (which its validity counts on), and its place
 	// in the queue outlives it twice.
 	SuccessorTTL time.Duration
+	// SuccessorUngranted: the Successor is a place kept for a caller not
+	// come yet, which a release may name but never grant the key: its
+	// process may die before the caller comes, and nobody would release
+	// it then (a free resource blocked for a TTL).
+	SuccessorUngranted bool
 	// Keep has bit i (i < 63; bit 63 for the rest) set for the nodes,
 	// by Config.Index, where the key is not deleted when Value holds it:
 	// a failed round's cleanup on a node that refused the round, where a

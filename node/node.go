@@ -170,6 +170,7 @@ type entry struct {
 	since        string
 	successor    string        // a release's Release.Successor
 	successorTTL time.Duration // and its SuccessorTTL
+	ungranted    bool          // and its SuccessorUngranted
 	keep         bool          // a release that keeps a grant (Release.Keep)
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
@@ -327,7 +328,7 @@ func (a *nodeActor) command(msg any) {
 			successorTTL = m.TTL
 		}
 		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave,
-			successor: m.Successor, since: m.SuccessorSince, successorTTL: successorTTL,
+			successor: m.Successor, since: m.SuccessorSince, successorTTL: successorTTL, ungranted: m.SuccessorUngranted,
 			keep: m.Keep&(1<<min(a.cfg.Index, 63)) != 0})
 	}
 }

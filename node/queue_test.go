@@ -306,3 +306,21 @@ func TestGrantsOutliveTheLongestWaiter(t *testing.T) {
 		}
 	}
 }
+
+// A release's ungranted successor (a place kept for its engine's next
+// caller) is named next but not granted the key, though its engine
+// listens: the engine may die before the caller comes (issue 27, 7).
+func TestKeptPlaceOnlyNamed(t *testing.T) {
+	s := newScene(t, newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: -1, Channel: "engine-a"}))
+	s.listen("engine-a")
+	ttl := 10 * time.Second
+	s.acquire("holder", "", ttl, Granted)
+	s.acquire("w", "100", ttl, Taken)
+	s.do(&Release{Request: s.req("w"), TTL: ttl, Leave: true, Announce: true}, Taken) // only for the queue to exist
+	s.do(&Release{Request: s.req("holder"), TTL: ttl, Announce: true, Leave: true,
+		Successor: "kept", SuccessorSince: "200", SuccessorUngranted: true}, Granted)
+	s.expect(Digest("holder") + " " + Digest("kept") + " ")
+	if got, err := s.h.server.Do(t.Context(), "GET", "k"); err != nil || got != nil {
+		t.Fatalf("the key holds %v (%v) after naming a kept place, want none", got, err)
+	}
+}
