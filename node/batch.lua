@@ -90,7 +90,9 @@
 -- takes its place among them at once.
 --
 -- fence writes the lease's token back (raising the counter, never
--- lowering it) only while this owner holds the lock key: 1; else 0.
+-- lowering it) only while this owner holds the lock key: 1; else 0. A
+-- fenced grant and a fence give the counter fenceIdle to live from then:
+-- an idle one expires, and starts again at the node's clock.
 
 -- Each call runs this body again, closures included, so it defines only
 -- what a command needs more than once: run, epochHolds, join, leaves,
@@ -98,6 +100,10 @@
 -- that a batch costs one pcall rather than one per command.
 
 local epochOK = nil -- whether the marker is the one required, read once
+
+-- fenceIdle: a fence counter lives this long (ms) after the last fenced
+-- grant or write-back of its resource (node.FenceIdle).
+local fenceIdle = 3600000
 
 local function epochHolds()
   if epochOK == nil then
@@ -166,6 +172,7 @@ local function run(c, k, a)
     if counter < floor then
       counter = floor
     end
+    redis.call('PEXPIRE', KEYS[k + 1], fenceIdle)
     return {1, counter}
   elseif c == 'e' then
     if redis.call('GET', lock) == value then
@@ -244,6 +251,7 @@ local function run(c, k, a)
     if tonumber(redis.call('GET', fence) or '0') < tonumber(token) then
       redis.call('SET', fence, token)
     end
+    redis.call('PEXPIRE', fence, fenceIdle)
     return 1
   end
   error('unknown command ' .. c)

@@ -51,11 +51,18 @@ type Acquire struct {
 
 // Fence writes a lease's fencing token back to the node's fence counter,
 // raising it to Token, only while Value holds Key: Granted if written.
+// Each fenced grant and each write-back gives the counter FenceIdle more to
+// live: an idle counter expires (see the lease package's doc, Fencing
+// tokens, for why tokens still grow once it is gone).
 type Fence struct {
 	Request
 	FenceKey string
 	Token    uint64
 }
+
+// FenceIdle is how long a fence counter outlives the last fenced grant or
+// write-back of its resource (batch.lua's fenceIdle, in milliseconds).
+const FenceIdle = time.Hour
 
 // Queue puts Value in Key's queue of waiters, by Since, as a refused
 // Acquire with Since does, without asking for the key: Granted. TTL is
