@@ -1011,3 +1011,21 @@ func TestKeptPlaceNotGranted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A waiter that wins on a quorum while another owner's key still refuses
+// it on the others leaves the queues of those too: its place there would
+// outlive its lease, and a later release would name it and grant it the
+// key, a holder that is no more (issue 27, 11).
+func TestWinnerLeavesEveryQueue(t *testing.T) {
+	c := startNodes(t, 3)
+	e := newEngine(t, c.Addrs())
+	writeForeign(t, c, "won", 500*time.Millisecond, 0, 1)
+	writeForeign(t, c, "won", time.Minute, 2)
+	w := await(t, acquireAsync(t.Context(), e, "won", WithRetry(noPolling)), 5*time.Second)
+	waitFor(t, 2*time.Second, "the winner out of every queue", func() bool {
+		return queuedOn(t, c, e, "won", w.l.value) == 0
+	})
+	if err := w.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

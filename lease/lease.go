@@ -820,6 +820,9 @@ func (a *leaseActor) hold() {
 	if a.cfg.WinningVotes {
 		r.Votes = slices.Clone(a.votes)
 	}
+	if a.since != "" {
+		a.leaveQueues()
+	}
 	a.dropVotes()
 	// Acquired goes out before the caller has the lease: a subscription
 	// it starts then sees only what comes after.
@@ -829,6 +832,27 @@ func (a *leaseActor) hold() {
 	if a.info {
 		a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
 			"until", a.state.Until())
+	}
+}
+
+// leaveQueues takes a lease that won while it queued out of the queues of
+// waiters on the nodes its win does not count (they refused it, or have
+// not answered): there it would stay, and a later release would name it,
+// and grant it the key, after the lease ended, a holder that is no more
+// keeping a free node for a TTL. It only leaves (Keep, no Announce): a key
+// of the lease there (a grant) stays until the lease's release, as its
+// other keys do. Nobody waits for the answers.
+func (a *leaseActor) leaveQueues() {
+	var c *node.Release
+	for i, v := range a.votes {
+		if v.Outcome == node.Granted {
+			continue
+		}
+		if c == nil {
+			c = &node.Release{Request: node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Sent: time.Now()},
+				TTL: a.cfg.TTL, Leave: true, Keep: ^uint64(0)}
+		}
+		a.pool.system.Root.Send(a.cfg.Nodes[i], c)
 	}
 }
 

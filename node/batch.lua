@@ -63,7 +63,10 @@
 -- announcement can name it; ungranted ('1': a place kept for a caller
 -- not come yet), it is named but never granted the key. Keeping (s with keep: a failed round's
 -- cleanup on a node that refused the round), a key that the owner holds
--- is a release's grant: it stays, and nothing else is done (0). An
+-- is a release's grant: it stays, and nothing else is done (0) but
+-- leaving the queue with leave: keeping and leaving, the owner only
+-- leaves the queue, its key untouched, silently (a lease that won
+-- elsewhere). An
 -- uncontended announced release costs one EXISTS more; a silent one (d)
 -- none. PUBLISH goes through pcall,
 -- since a server may deny it (an ACL without channels): the release
@@ -184,6 +187,9 @@ local function run(c, k, a)
     if c == 's' then
       announce, leave = ARGV[a + 1] == '1', ARGV[a + 2] == '1'
       if ARGV[a + 6] == '1' and redis.call('GET', lock) == value then
+        if leave then
+          leaves(lock .. ':queue', redis.sha1hex(value))
+        end
         return 0 -- a grant, kept
       end
     end

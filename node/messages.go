@@ -120,6 +120,8 @@ type Release struct {
 	// by Config.Index, where the key is not deleted when Value holds it:
 	// a failed round's cleanup on a node that refused the round, where a
 	// key of Value can only be a release's grant (see batch.lua, Grants).
+	// With Leave and without Announce, the release only takes Value out
+	// of the queue of waiters there: a lease that won elsewhere.
 	Keep uint64
 }
 
