@@ -82,7 +82,8 @@ type Extend struct {
 // Release asks the node to delete Key if Value holds it. A release the
 // node did not answer (its Vote says Timeout or Failed) is sent again, in
 // order, as soon as the node answers again, until TTL has passed since it
-// reached the actor: the key cannot outlive that.
+// reached the actor (the key cannot outlive that) or the actor stops,
+// which drops it.
 type Release struct {
 	Request
 	TTL time.Duration // the longest the key may live from now
