@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // Fault kinds of the grants and fencing (issue 27, 6, 7 and 9).
@@ -68,33 +72,179 @@ func (r *run) fenceExpiry(ctx context.Context, rng *rand.Rand) error {
 	return nil
 }
 
-// quarantinedLeave has node k evict keys (as FaultEviction) while an
-// engine of its own runs callers whose Acquire gives up after a random
-// part of a TTL, through the eviction and the quarantine that follows it.
+// quarantinedLeave replays issue 27's schedule 6 on a resource of its
+// own, with engines of its own (leases of five TTLs, time enough for the
+// schedule): L holds on a bare quorum that includes node k; W, then Y,
+// wait; node k evicts keys (another tenant's cache entries push out the
+// workers' lock keys), L's as far as anyone can tell, and sits out its
+// quarantine; Y gives up, and its leave on node k names W next there. W
+// must not hold beside L: the recorder sees both.
 func (r *run) quarantinedLeave(ctx context.Context, rng *rand.Rand, k int) error {
-	e, err := r.newEngine("leaver", workHealth)
+	nodes := len(r.cluster.Nodes)
+	// Made once: an engine that meets a node that evicted keys before
+	// sits it out at first contact.
+	for len(r.leavers) < 3 {
+		e, err := r.faultEngine(fmt.Sprintf("leave%d", len(r.leavers)), r.addrs, 5*r.cfg.TTL)
+		if err != nil {
+			return err
+		}
+		r.leavers = append(r.leavers, e)
+	}
+	es := r.leavers
+	// Not while they sit a node out since the last time: W would wait
+	// for the node, not for L.
+	for _, e := range es {
+		for _, n := range e.Stats().Nodes {
+			if d := time.Until(n.QuarantinedUntil); d > 0 && !sleep(ctx, min(d, 5*r.cfg.TTL)) {
+				return ctx.Err()
+			}
+		}
+	}
+	resource := fmt.Sprintf("leave-%d", rng.Uint64())
+	key := lockKey(resource)
+	// L on a bare quorum with node k: foreign keys on the others meanwhile.
+	var foreign []int
+	for _, j := range rng.Perm(nodes) {
+		if j != k && len(foreign) < nodes-(nodes/2+1) {
+			foreign = append(foreign, j)
+		}
+	}
+	for _, j := range foreign {
+		if err := r.cluster.Nodes[j].Set(ctx, key, "foreign", 0); err != nil {
+			return err
+		}
+	}
+	l, err := es[0].TryAcquire(ctx, resource)
+	for _, j := range foreign {
+		_, _ = r.cluster.Nodes[j].Do(ctx, "DEL", key)
+	}
 	if err != nil {
 		return err
 	}
-	defer r.closeEngine(e)
-	lctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wrng := rand.New(rand.NewPCG(rng.Uint64(), uint64(w)))
-		wg.Go(func() {
-			for i := 0; lctx.Err() == nil; i++ {
-				actx, cancel := context.WithTimeout(lctx, time.Duration(wrng.Int64N(int64(r.cfg.TTL))))
-				_ = r.hold(actx, e, fmt.Sprintf("leaver/w%d", w), wrng)
-				cancel()
+	hl := r.rec.Held(resource, "leave0/L", l.Value(), time.Now(), l.Until(), l.Token())
+	defer func() {
+		r.rec.Ended(hl, time.Now(), l.Until())
+		_ = l.Release(context.Background())
+	}()
+
+	// waiting: e's caller waits, listening for the release (its first
+	// wait on the resource rechecks once the watchers listen).
+	waiting := func(e *engine.Engine, rechecks uint64) bool {
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			if s := e.Stats(); s.Waiters[resource] == 1 && s.Wakeups.Recheck > rechecks {
+				time.Sleep(20 * time.Millisecond) // the recheck round's refusal
+				return true
 			}
-		})
+		}
+		return false
 	}
+	rechecks := es[1].Stats().Wakeups.Recheck
+	wctx, stopW := context.WithCancel(ctx)
+	wDone := make(chan struct{})
+	go func() {
+		defer close(wDone)
+		if lw, err := es[1].Acquire(wctx, resource, noPolling); err == nil {
+			h := r.rec.Held(resource, "leave1/W", lw.Value(), time.Now(), lw.Until(), lw.Token())
+			r.rec.Ended(h, time.Now(), lw.Until())
+			_ = lw.Release(context.Background())
+		}
+	}()
+	defer func() { stopW(); <-wDone }()
+	if !waiting(es[1], rechecks) {
+		return errors.New("W is not waiting")
+	}
+	time.Sleep(10 * time.Millisecond) // W's place in the queues before Y's
+	rechecks = es[2].Stats().Wakeups.Recheck
+	yctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	go func() { _, _ = es[2].Acquire(yctx, resource, noPolling) }() // held, it would be L's overlap too: not recorded
+	if !waiting(es[2], rechecks) {
+		return errors.New("Y is not waiting")
+	}
+
 	r.nodesDown.Add(1) // it refuses acquires
-	err = r.evict(ctx, r.cluster.Nodes[k], time.Duration(100+rng.IntN(200))*time.Millisecond)
-	r.nodesDown.Add(-1)
-	stop()
-	wg.Wait()
+	defer r.nodesDown.Add(-1)
+	if err := r.evictSome(ctx, r.cluster.Nodes[k]); err != nil {
+		return err
+	}
+	_, _ = r.cluster.Nodes[k].Do(ctx, "DEL", key) // evicted, as far as anyone can tell
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		now := time.Now()
+		if es[1].Stats().Nodes[k].QuarantinedUntil.After(now) && es[2].Stats().Nodes[k].QuarantinedUntil.After(now) {
+			break
+		}
+		if now.After(deadline) {
+			return errors.New("node not quarantined by W's and Y's engines")
+		}
+	}
+	giveUp()
+	select { // W, named, goes: it must not win while L holds
+	case <-wDone:
+	case <-time.After(500 * time.Millisecond):
+	}
+	return nil
+}
+
+// noPolling is a waiter's retry schedule that leaves it to announcements.
+var noPolling = engine.WithRetry(func() backoff.BackOff { return backoff.NewConstantBackOff(time.Minute) })
+
+// evictSome has node n evict a few keys (the shortest-lived first: the
+// workers' lock keys), then stop evicting and drop the cache that pushed
+// them out.
+func (r *run) evictSome(ctx context.Context, n *redisproc.Node) error {
+	config := func(args ...string) error {
+		for i := 0; i < len(args); i += 2 {
+			if _, err := n.Do(ctx, "CONFIG", "SET", args[i], args[i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	used, err := n.Info(ctx, "memory", "used_memory")
+	if err != nil {
+		return err
+	}
+	before, err := n.Info(ctx, "stats", "evicted_keys")
+	if err != nil {
+		return err
+	}
+	if err := config("maxmemory", used, "maxmemory-policy", "volatile-ttl"); err != nil {
+		return err
+	}
+	entry := strings.Repeat("x", 1000)
+	cache := []string{"UNLINK"}
+	evicted := false
+	for len(cache) <= 5000 && !evicted && ctx.Err() == nil {
+		key := "cache:" + strconv.Itoa(len(cache))
+		if _, err := n.Do(ctx, "SET", key, entry, "EX", "3600"); err == nil { // OOM: nothing to evict yet
+			cache = append(cache, key)
+		}
+		v, _ := n.Info(ctx, "stats", "evicted_keys")
+		evicted = v != before
+	}
+	err = config("maxmemory-policy", "noeviction", "maxmemory", "0")
+	if len(cache) > 1 {
+		_, _ = n.Do(ctx, cache...)
+	}
+	if err == nil && !evicted {
+		err = errors.New("nothing evicted")
+	}
 	return err
+}
+
+// faultEngine is an engine of a fault's own over addrs, whose leases have
+// ttl, longer than the workers': time enough for the fault's schedule.
+func (r *run) faultEngine(name string, addrs []string, ttl time.Duration) (*engine.Engine, error) {
+	e, err := engine.New(engine.Config{Nodes: addrs, TTL: ttl, RestartQuarantine: r.cfg.RestartQuarantine,
+		UnsafeShortQuarantine: true, UnsafeEviction: r.cfg.UnsafeEviction, HealthInterval: workHealth,
+		RetryAttempts: 8, Logger: r.log.logger(name)})
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.engines = append(r.engines, e)
+	r.mu.Unlock()
+	return e, nil
 }
 
 // killedAfterRelease runs a process's last lease: an engine of its own,
@@ -124,13 +274,11 @@ func (r *run) killedAfterRelease(ctx context.Context, rng *rand.Rand) error {
 	}
 	// Its lease, held for a moment, has ten TTLs: a key left behind shows.
 	ttl := 10 * r.cfg.TTL
-	e, err := engine.New(engine.Config{Nodes: addrs, TTL: ttl, RestartQuarantine: r.cfg.RestartQuarantine,
-		UnsafeShortQuarantine: true, UnsafeEviction: r.cfg.UnsafeEviction, HealthInterval: workHealth,
-		RetryAttempts: 8, Logger: r.log.logger("dying")})
+	e, err := r.faultEngine("dying", addrs, ttl)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = e.Close() }()
+	defer r.closeEngine(e)
 	resource := fmt.Sprintf("res-%d", 1+2*rng.IntN(max(1, r.cfg.Resources/2)))
 	actx, cancel := context.WithTimeout(ctx, 2*ttl)
 	defer cancel()

@@ -472,6 +472,7 @@ type run struct {
 	joined    []*joinedEngine
 	joins     int
 	jumps     []ClockJump
+	leavers   []*engine.Engine // FaultQuarantinedLeave's (grant_faults.go)
 	timeline  []Injected
 
 	mu      sync.Mutex
