@@ -164,6 +164,9 @@ func (r *run) quarantinedLeave(ctx context.Context, rng *rand.Rand, k int) error
 
 	r.nodesDown.Add(1) // it refuses acquires
 	defer r.nodesDown.Add(-1)
+	// Every engine, the idle ones at the default interval, probes the node
+	// after its last eviction before the next fault, as in evict.
+	defer sleep(ctx, engine.DefaultHealthInterval+workHealth)
 	if err := r.evictSome(ctx, r.cluster.Nodes[k]); err != nil {
 		return err
 	}
@@ -210,6 +213,11 @@ func (r *run) evictSome(ctx context.Context, n *redisproc.Node) error {
 	}
 	if err := config("maxmemory", used, "maxmemory-policy", "volatile-ttl"); err != nil {
 		return err
+	}
+	// The working engines probe the node (it may evict: they refuse
+	// acquires there) before it evicts anything, as in evict.
+	if !sleep(ctx, 2*workHealth) {
+		return errors.Join(ctx.Err(), config("maxmemory-policy", "noeviction", "maxmemory", "0"))
 	}
 	entry := strings.Repeat("x", 1000)
 	cache := []string{"UNLINK"}

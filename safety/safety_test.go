@@ -16,7 +16,9 @@ import (
 //
 //	go test -run BoundedRun -v ./safety/
 func TestBoundedRunWithFaults(t *testing.T) {
-	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 50 * time.Second, Faults: true, Logf: t.Logf})
+	// 60s: a round of every kind takes about 15s, and each kind must come
+	// three times.
+	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 60 * time.Second, Faults: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
