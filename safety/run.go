@@ -125,7 +125,7 @@ type Report struct {
 	LatePauses       int            // holders that paused past their validity before writing
 	Lost             int            // leases that ended with ErrLeaseLost
 	EndedWithoutDone int            // leases whose Done was still open after their deadline; must be 0
-	Blocked          int            // keys a dead process left for longer than a TTL (FaultKilledAfterRelease); must be 0
+	Blocked          int            // resources a dead process left held on a quorum past a TTL (FaultKilledAfterRelease); must be 0
 	Faults           map[string]int // injected, by kind
 	AcquireP99       time.Duration  // all nodes up
 	AcquireP99Down   time.Duration  // one node dead or paused
