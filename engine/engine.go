@@ -451,7 +451,10 @@ func (o *leaseOwner) Done(st *lease.State) {
 // matching ErrReleased and ErrClosed), fails acquisitions in progress with
 // ErrClosed, closes the subscriptions, stops the actors and closes the node
 // clients. It waits for
-// the releases, each bounded by Config.NodeTimeout. Every call on the
+// the releases, each bounded by Config.NodeTimeout. A release that a node
+// left unanswered (it was down, or timed out) is not sent again after
+// Close, as it would be while the engine runs: Close does not wait for
+// that node, and the key there expires by its TTL. Every call on the
 // engine after Close, Close included, returns ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()

@@ -1,10 +1,14 @@
 package engine
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/node"
 )
 
 // Successive holders of a resource, across engines, see strictly
@@ -96,5 +100,53 @@ func TestFencingSurvivesRestartOfAllNodes(t *testing.T) {
 	}
 	if after <= before {
 		t.Fatalf("token %d after the restarts, %d before", after, before)
+	}
+}
+
+// Fence counters of resources fenced once expire once idle: a thousand
+// fenced acquisitions of distinct resources leave no key without a TTL
+// (but the epoch marker), and none lives longer than node.FenceIdle
+// (issue 27, 9).
+func TestFenceCountersExpire(t *testing.T) {
+	c := startNodes(t, 3)
+	e := newEngine(t, c.Addrs())
+	ctx := t.Context()
+	for i := range 1000 {
+		l, err := e.TryAcquire(ctx, fmt.Sprintf("job-%d", i), WithFencing())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, n := range c.Nodes {
+		keys, err := n.Do(ctx, "KEYS", "*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fences := 0
+		for _, k := range keys.([]any) {
+			key := k.(string)
+			if key == e.cfg.epochKey() {
+				continue
+			}
+			pttl, err := n.Do(ctx, "PTTL", key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ms := pttl.(int64); ms < 0 || ms > node.FenceIdle.Milliseconds() {
+				t.Fatalf("node %d: %s lives %d ms more, want a TTL of at most %v", i, key, ms, node.FenceIdle)
+			}
+			if strings.HasSuffix(key, ":fence") {
+				if ms := pttl.(int64); ms < (node.FenceIdle - time.Minute).Milliseconds() {
+					t.Fatalf("node %d: %s lives %d ms more, want node.FenceIdle (batch.lua's fenceIdle)", i, key, ms)
+				}
+				fences++
+			}
+		}
+		if fences == 0 {
+			t.Fatalf("node %d kept no fence counter: nothing was checked", i)
+		}
 	}
 }

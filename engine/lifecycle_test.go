@@ -473,3 +473,43 @@ func TestEventKindString(t *testing.T) {
 		}
 	}
 }
+
+// Close does not wait for a node that is down: a release still kept for
+// it (sent again once the node answers) is dropped, and the key there
+// expires by its TTL, as Close's doc says (issue 27, 11).
+func TestCloseDropsReleasesForADownNode(t *testing.T) {
+	c := startNodes(t, 3)
+	e, err := New(Config{Nodes: c.Addrs(), TTL: 5 * time.Second, NodeTimeout: 100 * time.Millisecond,
+		HealthInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := e.TryAcquire(t.Context(), "dropped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Nodes[2].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "node 3 down", func() bool { return e.Stats().Nodes[2].Down })
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v with a node down, want it not to wait for the node", d)
+	}
+	if err := c.Nodes[2].Resume(); err != nil {
+		t.Fatal(err)
+	}
+	pttl, err := c.Nodes[2].PTTL(t.Context(), lockKey("dropped"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pttl <= 0 || pttl > 5*time.Second {
+		t.Fatalf("the key on the node that was down lives %v more, want its TTL's rest (the release dropped)", pttl)
+	}
+}

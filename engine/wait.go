@@ -103,7 +103,9 @@ type line struct {
 // of a busy resource: it takes the place as it comes, where it would
 // otherwise queue itself (one more command per node) after its release.
 // Unclaimed for keepFor, the place is left, so that the waiters behind it
-// are not held up for a caller who does not come.
+// are not held up for a caller who does not come. A release names the
+// place but never grants it the key: should the process die first, the
+// key would block the resource for a TTL.
 type kept struct {
 	value string    // the owner value the caller will take
 	since time.Time // when the release queued it
@@ -302,14 +304,14 @@ func (t *turn) HandOff(r lease.Releaser) {
 	defer ls.mu.Unlock()
 	switch {
 	case len(l.turns) == 0 || l.turns[0] != t:
-		r.ReleaseQueueing(time.Time{}, "", 0)
+		r.ReleaseQueueing(time.Time{}, "", 0, false)
 	case len(l.turns) > 1:
 		s := l.turns[1]
 		s.queued = true
 		if l.watch {
 			l.handedOn = time.Now()
 		}
-		r.ReleaseQueueing(s.since, s.value, s.ttl)
+		r.ReleaseQueueing(s.since, s.value, s.ttl, false)
 	case l.watch && slices.Contains(l.on, true):
 		k := l.kept
 		if k == nil {
@@ -317,9 +319,11 @@ func (t *turn) HandOff(r lease.Releaser) {
 			k.timer = time.AfterFunc(ls.keepFor, func() { ls.unkeep(l, k) })
 			l.kept = k
 		}
-		r.ReleaseQueueing(k.since, k.value, k.ttl)
+		// Named, never granted: this process may die before its caller
+		// comes, and nobody would release the key then.
+		r.ReleaseQueueing(k.since, k.value, k.ttl, true)
 	default:
-		r.ReleaseQueueing(time.Time{}, "", 0)
+		r.ReleaseQueueing(time.Time{}, "", 0, false)
 	}
 }
 

@@ -940,7 +940,7 @@ func TestGoneWaiterNotGranted(t *testing.T) {
 // asked to queue.
 type recordingReleaser struct{ since time.Time }
 
-func (r *recordingReleaser) ReleaseQueueing(since time.Time, _ string, _ time.Duration) {
+func (r *recordingReleaser) ReleaseQueueing(since time.Time, _ string, _ time.Duration, _ bool) {
 	r.since = since
 }
 
@@ -978,5 +978,54 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 	}
 	for _, tu := range []*turn{waiter, back, later} {
 		tu.Done(false)
+	}
+}
+
+// A release that keeps a place for its engine's next caller names the
+// place but never grants it the key: the process may die right after its
+// release (killed, or gone without Close), and nobody would then release
+// a key granted to the place, leaving a free resource blocked for a TTL
+// (issue 27, 7). Here a's engine never acts again after its release (its
+// kept place waits an hour, as a dead process's would for ever): b must
+// take the resource at once.
+func TestKeptPlaceNotGranted(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
+	a.lines.keepFor = time.Hour
+	first, got := holdAndWait(t, b, a, "kept") // a's line is watched from now on
+	held := releaseWakes(t, first, got).l
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a.lines.mu.Lock()
+	k := a.lines.byKey[a.cfg.lockKey("kept")].kept
+	a.lines.mu.Unlock()
+	if k == nil {
+		t.Fatal("setup: the release kept no place for a's next caller")
+	}
+	l, err := b.TryAcquire(t.Context(), "kept")
+	if err != nil {
+		t.Fatalf("a free resource is blocked after its holder's release: %v", err)
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiter that wins on a quorum while another owner's key still refuses
+// it on the others leaves the queues of those too: its place there would
+// outlive its lease, and a later release would name it and grant it the
+// key, a holder that is no more (issue 27, 11).
+func TestWinnerLeavesEveryQueue(t *testing.T) {
+	c := startNodes(t, 3)
+	e := newEngine(t, c.Addrs())
+	writeForeign(t, c, "won", 500*time.Millisecond, 0, 1)
+	writeForeign(t, c, "won", time.Minute, 2)
+	w := await(t, acquireAsync(t.Context(), e, "won", WithRetry(noPolling)), 5*time.Second)
+	waitFor(t, 2*time.Second, "the winner out of every queue", func() bool {
+		return queuedOn(t, c, e, "won", w.l.value) == 0
+	})
+	if err := w.l.Release(t.Context()); err != nil {
+		t.Fatal(err)
 	}
 }

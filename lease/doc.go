@@ -49,7 +49,7 @@
 // With Config.FenceKey (engine.WithFencing) a lease carries a token that
 // strictly increases across successive holders of a resource. Every node
 // keeps a fence counter per resource, F, next to the lock key K (same
-// hash tag, no TTL).
+// hash tag); F expires once idle for node.FenceIdle (an hour: see below).
 //
 //  1. Acquire: a node that grants K to the lease answers its counter,
 //     c = max(F, the node's clock in microseconds).
@@ -87,6 +87,23 @@
 // less than the quarantine and never step back by more than it. With the
 // quarantine turned off, the floor alone still covers restarts that take
 // longer than the clock difference between nodes.
+//
+// An idle counter expires, so that a service that fences per job or per
+// invoice does not grow its nodes without bound: every fenced grant and
+// every write-back gives F node.FenceIdle (D) more to live. Tokens still
+// grow once F is gone, by the same floor. Take A's write-back quorum and
+// B's grant quorum, sharing node n, as above. If F expired on n before B's
+// grant, n's clock has read at least w + D since A's write-back there,
+// which n's clock read as w; B's floor there is n's clock at B's grant.
+// A's token is at most about the largest clock reading of any node at A's
+// acquire, which came before w. So T_B > T_A as long as no node's clock
+// ever reads less than a reading any node's clock gave earlier, minus D:
+// the nodes' clocks stay within D of each other, and none steps back by
+// more than what is left of D. That is the one clock assumption fencing
+// makes (restarts need it too, with the quarantine for D), and D = an
+// hour bounds how long a counter stays idle before it may go: an hour of
+// clock difference or step back is far beyond NTP's, and a resource
+// fenced again within the hour keeps its counter.
 //
 // It is the engine's machinery: its exported names serve the other
 // packages of this module and carry no compatibility promise. Users

@@ -79,9 +79,9 @@ func (a *leaseActor) extendVote() {
 		}
 	case a.tally.taken >= Quorum(a.tally.n):
 		a.clearAlarm()
-		err := lost(a.explain(errNotMine))
+		err := a.finish(lost(a.explain(errNotMine)))
 		a.releaseAll() // our key may linger on a minority
-		a.end(err)
+		a.wrapUp(err)
 	case a.tally.lost():
 		a.extendFailed(errRefused)
 	}

@@ -18,7 +18,7 @@ func (waitLine) Wait(string, time.Time) bool { return true }
 func (waitLine) Woke(WakeCause)              {}
 func (waitLine) Len() int                    { return 1 }
 func (waitLine) Done(bool)                   {}
-func (waitLine) HandOff(r Releaser)          { r.ReleaseQueueing(time.Time{}, "", 0) }
+func (waitLine) HandOff(r Releaser)          { r.ReleaseQueueing(time.Time{}, "", 0, false) }
 
 // waiter is a lease that startWaiting left waiting.
 type waiter struct {

@@ -116,7 +116,9 @@ type Line interface {
 
 // Releaser sends a held lease's release (see Line.HandOff).
 type Releaser interface {
-	ReleaseQueueing(since time.Time, value string, ttl time.Duration)
+	// ungranted: value is a place kept for a caller not come yet, which
+	// the nodes name but never grant (node.Release.SuccessorUngranted).
+	ReleaseQueueing(since time.Time, value string, ttl time.Duration, ungranted bool)
 }
 
 // WakeJitter bounds the random delay between hearing a release and the
@@ -280,11 +282,13 @@ type bound struct {
 	successor      string
 	successorSince int64 // Unix microseconds
 	successorTTL   time.Duration
-	waitingFor     string // waiting: the holder in the way ("": any)
-	cause          error  // why acquiring failed
-	failedVotes    []node.Vote
-	release        chan<- ReleaseResult  // releasing: the Release to answer
-	waiters        []chan<- ExtendResult // manual Extend calls on the round in flight
+	// successorUngranted: the successor is a kept place (Releaser)
+	successorUngranted bool
+	waitingFor         string // waiting: the holder in the way ("": any)
+	cause              error  // why acquiring failed
+	failedVotes        []node.Vote
+	release            chan<- ReleaseResult  // releasing: the Release to answer
+	waiters            []chan<- ExtendResult // manual Extend calls on the round in flight
 }
 
 // body is a lease as it outlives the actors that run it: its state, and
@@ -454,8 +458,9 @@ func (a *leaseActor) handle(msg any) {
 		a.answerFailure()
 	case *Close:
 		if a.holding() {
+			err := a.finish(m.Err) // before its release: see finish
 			a.releaseAll()
-			a.end(m.Err)
+			a.wrapUp(err)
 		} else {
 			a.abort(m.Abort)
 		}
@@ -713,8 +718,8 @@ func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 // ReleaseQueueing implements Releaser: releaseAll, queueing the caller
 // next in line too (an interface rather than a closure: a release costs
 // no allocation for it).
-func (a *leaseActor) ReleaseQueueing(since time.Time, value string, ttl time.Duration) {
-	a.successorSince, a.successor, a.successorTTL = since.UnixMicro(), value, ttl
+func (a *leaseActor) ReleaseQueueing(since time.Time, value string, ttl time.Duration, ungranted bool) {
+	a.successorSince, a.successor, a.successorTTL, a.successorUngranted = since.UnixMicro(), value, ttl, ungranted
 	a.send(a.handOffCmd, nil)
 }
 
@@ -723,7 +728,7 @@ func (a *leaseActor) handOffCmd(r node.Request) node.Command {
 	c := a.finalReleaseCmd(r).(*node.Release)
 	if a.successor != "" {
 		c.Successor, c.SuccessorSince = a.successor, strconv.FormatInt(a.successorSince, 10)
-		c.SuccessorTTL = a.successorTTL
+		c.SuccessorTTL, c.SuccessorUngranted = a.successorTTL, a.successorUngranted
 	}
 	return c
 }
@@ -815,6 +820,9 @@ func (a *leaseActor) hold() {
 	if a.cfg.WinningVotes {
 		r.Votes = slices.Clone(a.votes)
 	}
+	if a.since != "" {
+		a.leaveQueues()
+	}
 	a.dropVotes()
 	// Acquired goes out before the caller has the lease: a subscription
 	// it starts then sees only what comes after.
@@ -824,6 +832,27 @@ func (a *leaseActor) hold() {
 	if a.info {
 		a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
 			"until", a.state.Until())
+	}
+}
+
+// leaveQueues takes a lease that won while it queued out of the queues of
+// waiters on the nodes its win does not count (they refused it, or have
+// not answered): there it would stay, and a later release would name it,
+// and grant it the key, after the lease ended, a holder that is no more
+// keeping a free node for a TTL. It only leaves (Keep, no Announce): a key
+// of the lease there (a grant) stays until the lease's release, as its
+// other keys do. Nobody waits for the answers.
+func (a *leaseActor) leaveQueues() {
+	var c *node.Release
+	for i, v := range a.votes {
+		if v.Outcome == node.Granted {
+			continue
+		}
+		if c == nil {
+			c = &node.Release{Request: node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Sent: time.Now()},
+				TTL: a.cfg.TTL, Leave: true, Keep: ^uint64(0)}
+		}
+		a.pool.system.Root.Send(a.cfg.Nodes[i], c)
 	}
 }
 
@@ -1206,22 +1235,29 @@ func (a *leaseActor) onRelease(m *Release) {
 		m.Reply <- ReleaseResult{Err: a.state.Err()}
 		return
 	}
+	err := a.finish(ErrReleased) // before the release may grant the next holder the key
 	if a.cfg.Line != nil {
 		a.cfg.Line.HandOff(a) // releaseAll, queueing the next caller
 	} else {
 		a.releaseAll()
 	}
-	a.end(ErrReleased)
+	a.wrapUp(err)
 	a.phase, a.release = releasing, m.Reply
 }
 
 // end ends the lease with err, unless its deadline timer was first, and
 // wraps up.
-func (a *leaseActor) end(err error) {
+func (a *leaseActor) end(err error) { a.wrapUp(a.finish(err)) }
+
+// finish ends the lease's state (Done closed, Err set) with err, unless
+// its deadline timer was first, and returns the error it ended with. A
+// release goes to the nodes only after it: the release may grant the key
+// to the next holder, who must never see this lease still held.
+func (a *leaseActor) finish(err error) error {
 	if !a.state.finish(err) {
 		err = a.state.err
 	}
-	a.wrapUp(err)
+	return err
 }
 
 // wrapUp follows the end of the lease: the terminal event, the closed event
@@ -1386,8 +1422,9 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	a.cfg.Logger.Error("redlease: lease actor panicked", "resource", a.cfg.Resource, "panic", reason)
 	switch a.phase {
 	case held, extending:
+		err := a.finish(lost(err))
 		a.releaseAll()
-		a.end(lost(err))
+		a.wrapUp(err)
 	case acquiring, fencing, backingOff, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {

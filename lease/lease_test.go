@@ -582,3 +582,46 @@ func TestCleanupKeepsThePlaceInTheQueue(t *testing.T) {
 	default:
 	}
 }
+
+// A release ends its lease (Done closed, Err set) before it can reach a
+// node, since it may grant the key to the next holder there, who must
+// never see this lease still held: by release, through a line's hand-off,
+// and by the engine's Close (issue 27, 8). The lease's end waits a
+// moment: a release sent before it would reach a node meanwhile.
+func TestReleaseEndsTheLeaseFirst(t *testing.T) {
+	for _, how := range []string{"release", "hand-off", "close"} {
+		t.Run(how, func(t *testing.T) {
+			f := newFakeNodes(t, 3)
+			reply := make(chan Result, 1)
+			cfg := Config{Resource: "r", Key: "k", Value: "v", Reply: reply,
+				TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1}
+			if how == "hand-off" {
+				cfg.Line = waitLine{}
+			}
+			ref, st := start(NewPool(f.system, nil, 0, f.shared()), cfg)
+			r, to := round[*node.Acquire](t, f)
+			for n := range 3 {
+				f.vote(to, n, r, node.Granted)
+			}
+			if res := result(t, reply); res.Err != nil {
+				t.Fatal(res.Err)
+			}
+			sentBefore := make(chan int, 1)
+			st.AfterEnd(func() {
+				time.Sleep(50 * time.Millisecond)
+				sentBefore <- len(f.cmds)
+			})
+			if how == "close" {
+				ref.Post(&Close{State: st, Err: ErrReleased, Abort: ErrReleased})
+			} else {
+				ref.Post(&Release{State: st, Reply: make(chan ReleaseResult, 1)})
+			}
+			if n := <-sentBefore; n > 0 {
+				t.Fatalf("%d releases reached the nodes before the lease ended", n)
+			}
+			if _, ok := f.next(t).cmd.(*node.Release); !ok {
+				t.Fatal("no release after the lease ended")
+			}
+		})
+	}
+}

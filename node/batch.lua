@@ -16,7 +16,7 @@
 --   s  release          KEYS lock;        ARGV value, announce, leave,
 --                                         then since, value, TTL of a
 --                                         successor to queue (value '': none),
---                                         keep
+--                                         keep, ungranted
 --   q  queue            KEYS lock;        ARGV value, since, TTL
 --   f  fence            KEYS lock, fence; ARGV value, token
 -- The common commands (a, d, r, l) carry no argument they do not use: each
@@ -60,9 +60,13 @@
 -- its stead, with no holder: " <next> <after it>". A successor (the next
 -- caller in the owner's engine's line, or a place kept for its next
 -- caller) joins the queue first, as its refused acquire would, so that the
--- announcement can name it. Keeping (s with keep: a failed round's
+-- announcement can name it; ungranted ('1': a place kept for a caller
+-- not come yet), it is named but never granted the key. Keeping (s with keep: a failed round's
 -- cleanup on a node that refused the round), a key that the owner holds
--- is a release's grant: it stays, and nothing else is done (0). An
+-- is a release's grant: it stays, and nothing else is done (0) but
+-- leaving the queue with leave: keeping and leaving, the owner only
+-- leaves the queue, its key untouched, silently (a lease that won
+-- elsewhere). An
 -- uncontended announced release costs one EXISTS more; a silent one (d)
 -- none. PUBLISH goes through pcall,
 -- since a server may deny it (an ACL without channels): the release
@@ -79,7 +83,7 @@
 -- earlier (when it began to wait). It does so only when the epoch marker
 -- is the one the releasing batch requires (as for an acquire), when the
 -- releasing engine grants at all here (ARGV[2]: not while the node may
--- evict lock keys, when it refuses acquires too), and only
+-- evict lock keys or sits out a quarantine, when it refuses acquires too), and only
 -- while the waiter's engine listens on its channel on this node: a waiter
 -- whose process died (its connections closed) is only named, and the one
 -- after it goes as before, rather than wait for the grant to expire.
@@ -89,7 +93,9 @@
 -- takes its place among them at once.
 --
 -- fence writes the lease's token back (raising the counter, never
--- lowering it) only while this owner holds the lock key: 1; else 0.
+-- lowering it) only while this owner holds the lock key: 1; else 0. A
+-- fenced grant and a fence give the counter fenceIdle to live from then:
+-- an idle one expires, and starts again at the node's clock.
 
 -- Each call runs this body again, closures included, so it defines only
 -- what a command needs more than once: run, epochHolds, join, leaves,
@@ -97,6 +103,10 @@
 -- that a batch costs one pcall rather than one per command.
 
 local epochOK = nil -- whether the marker is the one required, read once
+
+-- fenceIdle: a fence counter lives this long (ms) after the last fenced
+-- grant or write-back of its resource (node.FenceIdle).
+local fenceIdle = 3600000
 
 -- The marker names a lineage, "<replication id> <run id> <losses>" (Go:
 -- Info.Lineage); the replication id is also checked against the running
@@ -122,7 +132,11 @@ local function join(queue, since, member, ttl, value)
   if value and ARGV[2] ~= '' then
     local grants = queue .. ':grants'
     redis.call('HSET', grants, member, ttl .. ' ' .. ARGV[2] .. ' ' .. value)
-    redis.call('PEXPIRE', grants, 2 * tonumber(ttl))
+    -- Only raised, as the queue's: a shorter waiter's must not drop a
+    -- longer one's entry.
+    if redis.call('PTTL', grants) < 2 * tonumber(ttl) then
+      redis.call('PEXPIRE', grants, 2 * tonumber(ttl))
+    end
   end
 end
 
@@ -168,6 +182,7 @@ local function run(c, k, a)
     if counter < floor then
       counter = floor
     end
+    redis.call('PEXPIRE', KEYS[k + 1], fenceIdle)
     return {1, counter}
   elseif c == 'e' then
     if redis.call('GET', lock) == value then
@@ -179,6 +194,9 @@ local function run(c, k, a)
     if c == 's' then
       announce, leave = ARGV[a + 1] == '1', ARGV[a + 2] == '1'
       if ARGV[a + 6] == '1' and redis.call('GET', lock) == value then
+        if leave then
+          leaves(lock .. ':queue', redis.sha1hex(value))
+        end
         return 0 -- a grant, kept
       end
     end
@@ -194,7 +212,8 @@ local function run(c, k, a)
       leaves(queue, me)
     end
     if c == 's' and queued and ARGV[a + 4] ~= '' then
-      join(queue, ARGV[a + 3], redis.sha1hex(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 4])
+      -- An ungranted successor (a kept place) is named, never granted.
+      join(queue, ARGV[a + 3], redis.sha1hex(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 7] ~= '1' and ARGV[a + 4])
     end
     local holder = redis.call('GET', lock)
     local deleted = holder == value
@@ -245,6 +264,7 @@ local function run(c, k, a)
     if tonumber(redis.call('GET', fence) or '0') < tonumber(token) then
       redis.call('SET', fence, token)
     end
+    redis.call('PEXPIRE', fence, fenceIdle)
     return 1
   end
   error('unknown command ' .. c)
@@ -265,7 +285,7 @@ local function step(c)
   elseif c == 'a' or c == 'e' or c == 'f' then
     a = a + 3
   elseif c == 's' then
-    a = a + 8
+    a = a + 9
   else
     a = a + 4
   end

@@ -25,7 +25,8 @@
 // releases the release script announces (waiting callers wake on them).
 //
 // A release that got no answer is sent again, first, once the node answers,
-// while its key may live. Receive never waits on Redis. The node's one
+// while its key may live and until Stop, which drops it: the key then
+// expires by its TTL. Receive never waits on Redis. The node's one
 // sender goroutine runs the actor's mailbox between the batches and probes
 // it puts on the wire, which report back with a message: a command goes
 // from the lease actor to this goroutine, not through a dispatcher worker

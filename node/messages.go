@@ -51,11 +51,18 @@ type Acquire struct {
 
 // Fence writes a lease's fencing token back to the node's fence counter,
 // raising it to Token, only while Value holds Key: Granted if written.
+// Each fenced grant and each write-back gives the counter FenceIdle more to
+// live: an idle counter expires (see the lease package's doc, Fencing
+// tokens, for why tokens still grow once it is gone).
 type Fence struct {
 	Request
 	FenceKey string
 	Token    uint64
 }
+
+// FenceIdle is how long a fence counter outlives the last fenced grant or
+// write-back of its resource (batch.lua's fenceIdle, in milliseconds).
+const FenceIdle = time.Hour
 
 // Queue puts Value in Key's queue of waiters, by Since, as a refused
 // Acquire with Since does, without asking for the key: Granted. TTL is
@@ -75,7 +82,8 @@ type Extend struct {
 // Release asks the node to delete Key if Value holds it. A release the
 // node did not answer (its Vote says Timeout or Failed) is sent again, in
 // order, as soon as the node answers again, until TTL has passed since it
-// reached the actor: the key cannot outlive that.
+// reached the actor (the key cannot outlive that) or the actor stops,
+// which drops it.
 type Release struct {
 	Request
 	TTL time.Duration // the longest the key may live from now
@@ -104,10 +112,17 @@ type Release struct {
 	// the key sets that TTL (which its validity counts on), and its place
 	// in the queue outlives it twice.
 	SuccessorTTL time.Duration
+	// SuccessorUngranted: the Successor is a place kept for a caller not
+	// come yet, which a release may name but never grant the key: its
+	// process may die before the caller comes, and nobody would release
+	// it then (a free resource blocked for a TTL).
+	SuccessorUngranted bool
 	// Keep has bit i (i < 63; bit 63 for the rest) set for the nodes,
 	// by Config.Index, where the key is not deleted when Value holds it:
 	// a failed round's cleanup on a node that refused the round, where a
 	// key of Value can only be a release's grant (see batch.lua, Grants).
+	// With Leave and without Announce, the release only takes Value out
+	// of the queue of waiters there: a lease that won elsewhere.
 	Keep uint64
 }
 

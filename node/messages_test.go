@@ -1,6 +1,10 @@
 package node
 
-import "testing"
+import (
+	"regexp"
+	"strconv"
+	"testing"
+)
 
 // Outcomes print as the words the error texts and the README use.
 func TestOutcomeString(t *testing.T) {
@@ -18,5 +22,17 @@ func TestOutcomeString(t *testing.T) {
 		if got := tt.o.String(); got != tt.want {
 			t.Errorf("Outcome(%d).String() = %q, want %q", uint8(tt.o), got, tt.want)
 		}
+	}
+}
+
+// The batch script's fence idle time is FenceIdle: the one rule written on
+// both sides, checked here so neither changes alone.
+func TestFenceIdleAgreesWithTheScript(t *testing.T) {
+	m := regexp.MustCompile(`(?m)^local fenceIdle = (\d+)$`).FindStringSubmatch(batchLua)
+	if m == nil {
+		t.Fatal("batch.lua has no 'local fenceIdle = <ms>'")
+	}
+	if ms, _ := strconv.ParseInt(m[1], 10, 64); ms != FenceIdle.Milliseconds() {
+		t.Fatalf("batch.lua's fenceIdle is %d ms, FenceIdle %v", ms, FenceIdle)
 	}
 }

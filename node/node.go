@@ -170,6 +170,7 @@ type entry struct {
 	since        string
 	successor    string        // a release's Release.Successor
 	successorTTL time.Duration // and its SuccessorTTL
+	ungranted    bool          // and its SuccessorUngranted
 	keep         bool          // a release that keeps a grant (Release.Keep)
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
@@ -218,7 +219,7 @@ type job struct {
 	sentAt   time.Time
 	batch    []entry
 	epoch    string // the marker acquires require ("": none)
-	channel  string // Config.Channel, or "" while the node may evict (no grants)
+	channel  string // Config.Channel, or "" while the node may evict or is quarantined (no grants)
 	mark     *Info  // write the epoch marker of this dataset first
 	probe    bool
 	prev     Info // the probe's previous connection
@@ -327,7 +328,7 @@ func (a *nodeActor) command(msg any) {
 			successorTTL = m.TTL
 		}
 		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave,
-			successor: m.Successor, since: m.SuccessorSince, successorTTL: successorTTL,
+			successor: m.Successor, since: m.SuccessorSince, successorTTL: successorTTL, ungranted: m.SuccessorUngranted,
 			keep: m.Keep&(1<<min(a.cfg.Index, 63)) != 0})
 	}
 }
@@ -445,8 +446,10 @@ func (a *nodeActor) flush() {
 		deadline = now.Add(a.cfg.Timeout)
 	}
 	j := job{slot: slot, sentAt: now, batch: batch, epoch: a.epoch(), channel: a.cfg.Channel, deadline: deadline}
-	if a.health.evicting != nil {
-		j.channel = "" // a grant is an acquire: not on a node that may evict
+	if a.health.evicting != nil || quarantined {
+		// A grant is an acquire: not on a node that may evict, nor on one
+		// that sits out a quarantine (it may have lost the holder's key).
+		j.channel = ""
 	}
 	if mark {
 		checked := a.health.checked

@@ -1,6 +1,9 @@
 package node
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -225,4 +228,100 @@ func TestNoGrantsWhileEvicting(t *testing.T) {
 	}
 	s.do(&Release{Request: s.req("holder"), TTL: ttl, Announce: true, Leave: true}, Granted)
 	s.expect(Digest("holder") + " " + Digest("w") + " ")
+}
+
+// A node that sits out a quarantine grants nothing either (a grant is an
+// acquire): here it evicted the holder's key, and a waiter's leave finds
+// the key free; it names the next waiter but must not hand it the key,
+// or that waiter could take a quorum beside the holder (issue 27, 6).
+func TestNoGrantsWhileQuarantined(t *testing.T) {
+	s := newScene(t, newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: time.Minute, HealthInterval: 50 * time.Millisecond,
+		Channel: "engine-a", First: &Info{}}))
+	s.listen("engine-a")
+	ttl := time.Minute
+	s.acquire("holder", "", ttl, Granted)
+	s.acquire("w", "100", ttl, Taken)
+	s.acquire("y", "200", ttl, Taken)
+	ctx, srv := t.Context(), s.h.server
+	for _, arg := range [][]string{{"maxmemory", "2mb"}, {"maxmemory-policy", "volatile-ttl"}} {
+		if _, err := srv.Do(ctx, "CONFIG", "SET", arg[0], arg[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another tenant's cache entries, with TTLs shorter than the lock
+	// key's and the queue's (volatile-ttl evicts them first), until the
+	// node evicted some; then the lock key goes as if evicted too.
+	entry := strings.Repeat("x", 1000)
+	for i := 0; ; i++ {
+		info, err := srv.Do(ctx, "INFO", "stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(info.(string), "evicted_keys:0\r\n") {
+			break
+		}
+		if i == 20000 {
+			t.Fatal("setup: nothing evicted after 20000 cache entries")
+		}
+		if _, err := srv.Do(ctx, "SET", fmt.Sprintf("cache:%d", i), entry, "EX", "30"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := srv.Do(ctx, "DEL", "k"); err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range [][]string{{"maxmemory-policy", "noeviction"}, {"maxmemory", "0"}} {
+		if _, err := srv.Do(ctx, "CONFIG", "SET", arg[0], arg[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		s.round++ // on a key of its own: a grant must not take k
+		v := s.h.ask(&Acquire{Request: s.h.req("probe", "probe", s.round), TTL: time.Millisecond})
+		if errors.Is(v.Err, ErrQuarantined) {
+			break // the node actor knows it may have lost lock keys
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("acquires still go to a node that evicted keys: %v %v", v.Outcome, v.Err)
+		}
+	}
+	s.do(&Release{Request: s.req("y"), TTL: ttl, Announce: true, Leave: true}, Taken)
+	s.expect(" " + Digest("w") + " ")
+	if got, err := srv.Do(ctx, "GET", "k"); err != nil || got != nil {
+		t.Fatalf("the quarantined node's lock key holds %v (%v), want none", got, err)
+	}
+}
+
+// A waiter with a short TTL who joins after one with a long TTL does not
+// shorten the grants' life: the long waiter's entry stays for twice its
+// own TTL, as its place in the queue does (issue 27, 11).
+func TestGrantsOutliveTheLongestWaiter(t *testing.T) {
+	s := newScene(t, newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: -1, Channel: "engine-a"}))
+	s.acquire("holder", "", time.Minute, Granted)
+	s.acquire("long", "100", time.Minute, Taken)
+	s.acquire("short", "200", time.Second, Taken)
+	for _, key := range []string{"k:queue", "k:queue:grants"} {
+		pttl, err := s.h.server.Do(t.Context(), "PTTL", key)
+		if ms, ok := pttl.(int64); err != nil || !ok || ms < time.Minute.Milliseconds() {
+			t.Fatalf("%s lives %v ms more (%v), want twice the long waiter's minute", key, pttl, err)
+		}
+	}
+}
+
+// A release's ungranted successor (a place kept for its engine's next
+// caller) is named next but not granted the key, though its engine
+// listens: the engine may die before the caller comes (issue 27, 7).
+func TestKeptPlaceOnlyNamed(t *testing.T) {
+	s := newScene(t, newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: -1, Channel: "engine-a"}))
+	s.listen("engine-a")
+	ttl := 10 * time.Second
+	s.acquire("holder", "", ttl, Granted)
+	s.acquire("w", "100", ttl, Taken)
+	s.do(&Release{Request: s.req("w"), TTL: ttl, Leave: true, Announce: true}, Taken) // only for the queue to exist
+	s.do(&Release{Request: s.req("holder"), TTL: ttl, Announce: true, Leave: true,
+		Successor: "kept", SuccessorSince: "200", SuccessorUngranted: true}, Granted)
+	s.expect(Digest("holder") + " " + Digest("kept") + " ")
+	if got, err := s.h.server.Do(t.Context(), "GET", "k"); err != nil || got != nil {
+		t.Fatalf("the key holds %v (%v) after naming a kept place, want none", got, err)
+	}
 }

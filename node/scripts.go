@@ -121,7 +121,8 @@ func (s *scriptArgs) add(e *entry, ttl *millis) {
 		s.args = append(s.args, ttl.format(e.ttl))
 	case opRelease:
 		if code == "s" {
-			s.args = append(s.args, flag(e.announce), flag(e.leave), e.since, e.successor, ttl.format(e.successorTTL), flag(e.keep))
+			s.args = append(s.args, flag(e.announce), flag(e.leave), e.since, e.successor, ttl.format(e.successorTTL), flag(e.keep),
+				flag(e.ungranted))
 		}
 	case opQueue:
 		s.args = append(s.args, e.since, ttl.format(e.ttl))

@@ -100,7 +100,8 @@ func Kinds() []string {
 	return []string{FaultKillRestart, FaultPause, FaultSlowLink, FaultMajorityPause, FaultBareMajority,
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
 		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover,
-		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep}
+		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep,
+		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease}
 }
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
@@ -148,6 +149,7 @@ type Report struct {
 	LatePauses       int            // holders that paused past their validity before writing
 	Lost             int            // leases that ended with ErrLeaseLost
 	EndedWithoutDone int            // leases whose Done was still open after their deadline; must be 0
+	Blocked          int            // resources a dead process left held on a quorum past a TTL (FaultKilledAfterRelease); must be 0
 	Faults           map[string]int // injected, by kind
 	AcquireP99       time.Duration  // all nodes up
 	AcquireP99Down   time.Duration  // one node dead or paused
@@ -250,7 +252,7 @@ func lockKeys(ctx context.Context, n *redisproc.Node) (map[string]string, error)
 // jump explains do not count; a write that fencing let through after a
 // newer holder's does, wherever it happened.
 func (r Report) OK() bool {
-	return len(r.Overlaps) == 0 && r.TokenRegressions == 0 && r.EndedWithoutDone == 0 &&
+	return len(r.Overlaps) == 0 && r.TokenRegressions == 0 && r.EndedWithoutDone == 0 && r.Blocked == 0 &&
 		r.OverlapStale.Failed == 0 && r.ClockStale.Failed == 0
 }
 
@@ -261,7 +263,7 @@ func (r Report) String() string {
 		r.Duration.Round(time.Second), r.Acquisitions, r.AcquireFailures, len(r.Overlaps), r.TokenRegressions,
 		r.Writes, r.StaleRejected, r.LatePauses, r.Lost, r.EndedWithoutDone,
 		r.AcquireP99.Round(time.Microsecond), r.AcquireP99Down.Round(time.Microsecond), r.Faults)
-	fmt.Fprintf(&b, "; seed %d", r.Seed)
+	fmt.Fprintf(&b, "; %d keys blocked by a dead process; seed %d", r.Blocked, r.Seed)
 	r.writeOverlaps(&b, r.Overlaps, true)
 	if len(r.Overlaps) > 0 {
 		fmt.Fprintf(&b, "\n  stale holders' writes in these overlaps: %v", r.OverlapStale)
@@ -376,8 +378,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	rep := Report{Duration: time.Since(start), Seed: cfg.Seed, Faults: r.faults, Lost: int(r.lost.Load()),
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
-		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), ClockJumps: r.jumps,
-		Timeline: r.timeline, log: r.log}
+		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), Blocked: int(r.blocked.Load()),
+		ClockJumps: r.jumps,
+		Timeline:   r.timeline, log: r.log}
 	overlaps, regressions := r.rec.Check()
 	rep.Overlaps, rep.ClockOverlaps = splitClock(overlaps, r.jumps)
 	for _, g := range regressions {
@@ -484,6 +487,7 @@ type run struct {
 	lost      atomic.Int64
 	pauses    atomic.Int64
 	noDone    atomic.Int64
+	blocked   atomic.Int64
 
 	// The injector's own: Run sets them up before the injector starts
 	// and reads them after it ended; meanwhile only the injector does.
@@ -492,6 +496,7 @@ type run struct {
 	joined    []*joinedEngine
 	joins     int
 	jumps     []ClockJump
+	leavers   []*engine.Engine // FaultQuarantinedLeave's (grant_faults.go)
 	timeline  []Injected
 
 	mu      sync.Mutex
@@ -853,6 +858,8 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.proxySwitch(ctx, rng, k, hold)
 	case FaultClockStep:
 		return r.clockStep(ctx, k)
+	case FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease:
+		return r.grantFault(ctx, rng, kind, k) // grant_faults.go
 	}
 	return nil
 }

@@ -16,8 +16,9 @@ import (
 //
 //	go test -run BoundedRun -v ./safety/
 func TestBoundedRunWithFaults(t *testing.T) {
-	// 75s: 21 kinds, each round of them about 15s.
-	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 75 * time.Second, Faults: true, Logf: t.Logf})
+	// 90s: 24 kinds, a round of them about 15-20s, and each kind must
+	// come three times.
+	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 90 * time.Second, Faults: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
