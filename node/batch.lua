@@ -109,15 +109,24 @@ local epochOK = nil -- whether the marker is the one required, read once
 local fenceIdle = 3600000
 
 -- The marker names a lineage, "<replication id> <run id> <losses>" (Go:
--- Info.Lineage); the replication id is also checked against the running
--- process's, which is new at every start, promotion and resync: a marker
--- that came back (a snapshot, a replica's copy, a new process behind a
--- connection that outlived the old one) names another.
+-- Info.Lineage). The running process's replication id (new at every
+-- start, promotion and resync) and losses (its calls of lossCommands, as
+-- in Go: flushes, swaps, reloads) must be those it names too: a marker
+-- that came back (a snapshot, a replica's copy, an in-place reload, a new
+-- process behind a connection that outlived the old one) names another.
 local function epochHolds()
   if epochOK == nil then
-    epochOK = ARGV[1] == '' or redis.call('GET', KEYS[1]) == ARGV[1] and
-      string.find(redis.call('INFO', 'replication'),
-        'master_replid:' .. string.sub(ARGV[1], 1, string.find(ARGV[1], ' ', 1, true) - 1) .. '\r', 1, true) ~= nil
+    epochOK = ARGV[1] == ''
+    if not epochOK and redis.call('GET', KEYS[1]) == ARGV[1] then
+      local lossCommands = {'flushall', 'flushdb', 'swapdb', 'debug'}
+      local replid, losses = string.match(ARGV[1], '^(%x+) %x+ (%d+)$')
+      local info = redis.call('INFO', 'replication', 'commandstats')
+      local n = 0
+      for _, c in ipairs(lossCommands) do
+        n = n + tonumber(string.match(info, 'cmdstat_' .. c .. ':calls=(%d+)') or '0')
+      end
+      epochOK = n == tonumber(losses) and string.find(info, 'master_replid:' .. replid .. '\r', 1, true) ~= nil
+    end
   end
   return epochOK
 end

@@ -66,8 +66,9 @@
 // uptime (a clock stepped after a restart would end a quarantine early).
 // Every batch that carries an acquire or may grant also requires, in the
 // script, the marker of the lineage last probed and the running
-// process's master_replid (one INFO replication per batch); a mismatch
-// answers -1, which quarantines the node from then and asks for a probe.
+// process's master_replid and losses (one INFO replication commandstats
+// per such batch, about 4-8µs of the node's time); a mismatch answers -1,
+// which quarantines the node from then and asks for a probe.
 //
 // Every way a dataset loses lock keys, how it is caught, what it costs:
 //
@@ -83,11 +84,10 @@
 //   - SWAPDB: the marker leaves the database with the keys; losses rise.
 //   - in-place reload (DEBUG RELOAD, DEBUG LOADAOF): same process, same
 //     replication id, and the marker comes back from the snapshot; only
-//     losses rise, which the next probe reads. Engines that trusted the
-//     node grant there until that probe (at most HealthInterval); an
-//     engine that meets the node later distrusts it. DEBUG is off by
-//     default in Redis 7, and DEBUG SLEEP counts too: Redis counts all of
-//     DEBUG's subcommands as one.
+//     losses rise, which the next batch's check reads. (The safety
+//     checker's reload fault found two holders while only probes read
+//     them.) DEBUG is off by default in Redis 7, and DEBUG SLEEP counts
+//     too: Redis counts all of DEBUG's subcommands as one.
 //   - full resync from another primary (made a replica): refused while a
 //     replica (writes fail, and the probe marks the node down); its
 //     promotion draws a new replication id, so the copied marker no

@@ -2,7 +2,9 @@ package node
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -34,5 +36,21 @@ func TestFenceIdleAgreesWithTheScript(t *testing.T) {
 	}
 	if ms, _ := strconv.ParseInt(m[1], 10, 64); ms != FenceIdle.Milliseconds() {
 		t.Fatalf("batch.lua's fenceIdle is %d ms, FenceIdle %v", ms, FenceIdle)
+	}
+}
+
+// The batch script counts the same commands as losses as Go does
+// (lossCommands; epoch.lua takes them as arguments).
+func TestLossCommandsAgreeWithTheScript(t *testing.T) {
+	m := regexp.MustCompile(`local lossCommands = \{([^}]*)\}`).FindStringSubmatch(batchLua)
+	if m == nil {
+		t.Fatal("batch.lua has no 'local lossCommands = {...}'")
+	}
+	var lua []string
+	for _, c := range strings.Split(m[1], ",") {
+		lua = append(lua, strings.Trim(strings.TrimSpace(c), "'"))
+	}
+	if !slices.Equal(lua, lossCommands) {
+		t.Fatalf("batch.lua counts %q as losses, Go %q", lua, lossCommands)
 	}
 }

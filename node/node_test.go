@@ -906,3 +906,23 @@ func replicate(t *testing.T, replica, primary *redisproc.Node) error {
 		}
 	}
 }
+
+// Between probes, the batch script also counts the node's flushes, swaps
+// and reloads: after DEBUG RELOAD (same process, same replication id, the
+// marker back from the snapshot, later keys gone) acquires are refused at
+// once.
+func TestBatchChecksTheLosses(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: time.Minute, HealthInterval: time.Hour, First: trusted})
+	if err := h.server.Save(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
+		t.Fatalf("trusted node: %+v", v)
+	}
+	if _, err := h.server.Do(t.Context(), "DEBUG", "RELOAD", "NOSAVE"); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.ask(&Acquire{Request: h.req("r", "other", 2), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+		t.Fatalf("after DEBUG RELOAD: %+v, want ErrQuarantined", v)
+	}
+}
