@@ -865,7 +865,8 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 }
 
 // evict has node n evict keys for a while (FaultEviction). The working
-// engines probe the node before it evicts anything, and every engine
+// engines probe the node before it can evict anything (it has a memory
+// limit and a policy that evicts, but far above its use), and every engine
 // (the idle ones at the default interval) after it evicted the last: that
 // a node set to evict and filled within one health interval grants in
 // between is a known limit, not what this tries.
@@ -894,14 +895,17 @@ func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) 
 		return config("maxmemory", strconv.Itoa(used+256<<10))
 	}
 	err := func() error {
-		if err := limit(); err != nil {
-			return err
-		}
-		if err := config("maxmemory-policy", "volatile-ttl"); err != nil {
+		// First a limit far above the node's use: the engines see a node
+		// that may evict (and refuse it) before it can evict anything, as
+		// the node's own memory may grow by 256KiB within one probe.
+		if err := config("maxmemory", strconv.Itoa(1<<30), "maxmemory-policy", "volatile-ttl"); err != nil {
 			return err
 		}
 		if !sleep(ctx, 2*workHealth) {
 			return ctx.Err()
+		}
+		if err := limit(); err != nil {
+			return err
 		}
 		before, err := info("stats", "evicted_keys")
 		if err != nil {
