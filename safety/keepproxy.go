@@ -140,6 +140,11 @@ func (p *KeepProxy) dial(k *keptConn, target string, hello bool) error {
 		}
 	}
 	k.mu.Lock()
+	if k.closed { // dropped meanwhile (its client went): nobody would close server
+		k.mu.Unlock()
+		server.Close()
+		return nil
+	}
 	old := k.server
 	k.server = server
 	k.cond.Broadcast()
