@@ -786,7 +786,7 @@ func TestLineageFollowsTheDataset(t *testing.T) {
 			}
 			return n.RestartFromSnapshot()
 		}},
-		{"first replica", func() error { return replicate(t, other, n) }},
+		{"first replica", func() error { return other.ReplicaOf(ctx, n) }},
 		{"demoted and promoted", func() error {
 			if _, err := other.Do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {
 				return err
@@ -832,7 +832,7 @@ func TestBatchChecksTheLiveReplID(t *testing.T) {
 	}
 	// A first replica makes the node draw a new replication id; the
 	// marker stays.
-	if err := replicate(t, redisproc.Start(t, 1).Nodes[0], h.server); err != nil {
+	if err := redisproc.Start(t, 1).Nodes[0].ReplicaOf(t.Context(), h.server); err != nil {
 		t.Fatal(err)
 	}
 	if v := h.ask(&Acquire{Request: h.req("s", "me", 2), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
@@ -884,45 +884,5 @@ func TestUnmarkedNodeIsQuarantinedAtFirstSight(t *testing.T) {
 	h.askUntil("r", Granted, 3*time.Second)
 	if marker, _, _ := h.server.Get(t.Context(), epochKey); marker != info.Lineage() {
 		t.Fatalf("marker %q after the quarantine, want the lineage %q", marker, info.Lineage())
-	}
-}
-
-// replicate makes replica replicate primary and waits until it has synced.
-func replicate(t *testing.T, replica, primary *redisproc.Node) error {
-	ctx := t.Context()
-	if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
-		return err
-	}
-	_, port, _ := strings.Cut(primary.Addr(), ":")
-	if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
-		return err
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if link, _ := replica.Info(ctx, "replication", "master_link_status"); link == "up" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not sync with %s within 10s", replica.Addr(), primary.Addr())
-		}
-	}
-}
-
-// Between probes, the batch script also counts the node's flushes, swaps
-// and reloads: after DEBUG RELOAD (same process, same replication id, the
-// marker back from the snapshot, later keys gone) acquires are refused at
-// once.
-func TestBatchChecksTheLosses(t *testing.T) {
-	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: time.Minute, HealthInterval: time.Hour, First: trusted})
-	if err := h.server.Save(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Granted {
-		t.Fatalf("trusted node: %+v", v)
-	}
-	if _, err := h.server.Do(t.Context(), "DEBUG", "RELOAD", "NOSAVE"); err != nil {
-		t.Fatal(err)
-	}
-	if v := h.ask(&Acquire{Request: h.req("r", "other", 2), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
-		t.Fatalf("after DEBUG RELOAD: %+v, want ErrQuarantined", v)
 	}
 }

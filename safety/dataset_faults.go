@@ -3,9 +3,7 @@ package safety
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/redlease/redlease/internal/redisproc"
@@ -43,29 +41,6 @@ func (r *run) flush(ctx context.Context, rng *rand.Rand, k int) error {
 	return nil
 }
 
-// replicateFrom makes replica a replica of primary and waits until its
-// link is up: the first sync is done, and replica holds primary's data.
-func replicateFrom(ctx context.Context, replica, primary *redisproc.Node) error {
-	if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
-		return err
-	}
-	_, port, _ := strings.Cut(primary.Addr(), ":")
-	if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
-		return err
-	}
-	for synced := time.Now().Add(5 * time.Second); ; {
-		if link, _ := replica.Info(ctx, "replication", "master_link_status"); link == "up" {
-			return nil
-		}
-		if time.Now().After(synced) {
-			return fmt.Errorf("%s did not sync from %s within 5s", replica.Addr(), primary.Addr())
-		}
-		if !sleep(ctx, 10*time.Millisecond) {
-			return ctx.Err()
-		}
-	}
-}
-
 // promoteNode makes n a primary again (REPLICAOF NO ONE). A fresh context:
 // a node left a replica, even at the run's end, is no use to anyone.
 func promoteNode(n *redisproc.Node) error {
@@ -79,7 +54,7 @@ func promoteNode(n *redisproc.Node) error {
 // it): it keeps n's data, marker included, as of now.
 func (r *run) cutSpare(ctx context.Context, n *redisproc.Node) (*redisproc.Node, error) {
 	s := r.spare.Nodes[0]
-	err := replicateFrom(ctx, s, n)
+	err := s.ReplicaOf(ctx, n)
 	if perr := promoteNode(s); err == nil {
 		err = perr
 	}
@@ -99,7 +74,7 @@ func (r *run) repromote(ctx context.Context, k int, hold time.Duration) error {
 	sleep(ctx, hold)   // leases come and go on k alone
 	r.nodesDown.Add(1) // a replica refuses acquires
 	defer r.nodesDown.Add(-1)
-	err = replicateFrom(ctx, n, s)
+	err = n.ReplicaOf(ctx, s)
 	if perr := promoteNode(n); err == nil {
 		err = perr
 	}

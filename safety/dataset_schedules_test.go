@@ -158,33 +158,11 @@ func TestScheduleFlushAfterARestartQuarantine(t *testing.T) {
 	h.lastTry("new engine", func() (*engine.Lease, error) { return newEngine(t, cfg).Acquire(actx, resource) })
 }
 
-// replicate makes replica a replica of primary and waits until it has
-// caught up with everything primary had written.
+// replicate makes replica a replica of primary, caught up.
 func replicate(t *testing.T, replica, primary *redisproc.Node) {
 	t.Helper()
-	ctx := t.Context()
-	if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := strings.Cut(primary.Addr(), ":")
-	if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("setup: %s did not catch up with %s in 10s", replica.Addr(), primary.Addr())
-		}
-		link, _ := replica.Info(ctx, "replication", "master_link_status")
-		if link != "up" {
-			continue
-		}
-		want, err := primary.Info(ctx, "replication", "master_repl_offset")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := replica.Info(ctx, "replication", "slave_repl_offset"); got != "" && atoi(got) >= atoi(want) {
-			return
-		}
+	if err := replica.ReplicaOf(t.Context(), primary); err != nil {
+		t.Fatalf("setup: %v", err)
 	}
 }
 

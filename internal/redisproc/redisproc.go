@@ -607,3 +607,38 @@ func (n *Node) section(ctx context.Context, name string) (string, error) {
 	}
 	return c.Do(ctx, c.B().Info().Section(name).Build()).ToString()
 }
+
+// ReplicaOf makes n a replica of primary and waits, up to 10s, until n
+// has synced and caught up with everything primary had written when the
+// sync was up. (A primary's first replica makes it draw a new
+// replication id.)
+func (n *Node) ReplicaOf(ctx context.Context, primary *Node) error {
+	if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		return err
+	}
+	_, port, _ := strings.Cut(primary.Addr(), ":")
+	if _, err := n.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redisproc: %s did not catch up with %s in 10s", n.Addr(), primary.Addr())
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if link, _ := n.Info(ctx, "replication", "master_link_status"); link != "up" {
+			continue
+		}
+		want, err := primary.Info(ctx, "replication", "master_repl_offset")
+		if err != nil {
+			return err
+		}
+		got, _ := n.Info(ctx, "replication", "slave_repl_offset")
+		if g, err1 := strconv.ParseInt(got, 10, 64); err1 == nil {
+			if w, err2 := strconv.ParseInt(want, 10, 64); err2 == nil && g >= w {
+				return nil
+			}
+		}
+	}
+}
