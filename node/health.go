@@ -206,6 +206,7 @@ func markCmd(c rueidis.Client, epochKey string, info Info, checkEvicted bool) ru
 // health is what the node actor knows of its node.
 type health struct {
 	checked         Info   // the last probe: process and connection commands go to
+	lineage         string // checked.Lineage(), made once per probe: every batch carries it
 	evicts          string // the node's maxmemory-policy, when it may evict lock keys
 	down            bool
 	failures        int       // consecutive failed batches or probes
@@ -257,7 +258,7 @@ func (a *nodeActor) epoch() string {
 	if !a.quarantineOn() {
 		return ""
 	}
-	return a.health.checked.Lineage()
+	return a.health.lineage
 }
 
 // start takes the probe New made; a node that was unreachable then is
@@ -282,7 +283,7 @@ func (a *nodeActor) start(first *Info) {
 // early.
 func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
-	a.health.checked = info
+	a.health.checked, a.health.lineage = info, info.Lineage()
 	a.evictions(at, prev, info)
 	if !a.quarantineOn() {
 		return
@@ -402,7 +403,7 @@ func (a *nodeActor) setEvicts(policy string) {
 func (a *nodeActor) batchDone(m *sent) {
 	if m.marked {
 		a.health.epochPending = false
-		a.health.checked.Epoch = a.health.checked.Lineage()
+		a.health.checked.Epoch = a.health.lineage
 	}
 	if m.unchecked {
 		a.health.probeDue = true

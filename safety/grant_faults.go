@@ -248,16 +248,7 @@ func (r *run) evictSome(ctx context.Context, n *redisproc.Node) error {
 // faultEngine is an engine of a fault's own over addrs, whose leases have
 // ttl, longer than the workers': time enough for the fault's schedule.
 func (r *run) faultEngine(name string, addrs []string, ttl time.Duration) (*engine.Engine, error) {
-	e, err := engine.New(engine.Config{Nodes: addrs, TTL: ttl, RestartQuarantine: r.cfg.RestartQuarantine,
-		UnsafeShortQuarantine: true, UnsafeEviction: r.cfg.UnsafeEviction, HealthInterval: workHealth,
-		RetryAttempts: 8, Logger: r.log.logger(name)})
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.engines = append(r.engines, e)
-	r.mu.Unlock()
-	return e, nil
+	return r.startEngine(name, engine.Config{Nodes: addrs, TTL: ttl, UnsafeShortQuarantine: true, HealthInterval: workHealth})
 }
 
 // killedAfterRelease runs a process's last lease: an engine of its own,

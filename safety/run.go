@@ -523,10 +523,15 @@ type joinedEngine struct {
 // newEngine creates an engine named name (the prefix of its holders'
 // names) over the proxies, closed by closeEngines unless closed before.
 func (r *run) newEngine(name string, health time.Duration) (*engine.Engine, error) {
-	e, err := engine.New(engine.Config{
-		Nodes: r.addrs, TTL: r.cfg.TTL, RestartQuarantine: r.cfg.RestartQuarantine, UnsafeEviction: r.cfg.UnsafeEviction,
-		HealthInterval: health, RetryAttempts: 8, Logger: r.log.logger(name),
-	})
+	return r.startEngine(name, engine.Config{Nodes: r.addrs, TTL: r.cfg.TTL, HealthInterval: health})
+}
+
+// startEngine makes an engine of cfg with the run's quarantine, eviction rule,
+// attempts and logger, and keeps it for the run's end.
+func (r *run) startEngine(name string, cfg engine.Config) (*engine.Engine, error) {
+	cfg.RestartQuarantine, cfg.UnsafeEviction = r.cfg.RestartQuarantine, r.cfg.UnsafeEviction
+	cfg.RetryAttempts, cfg.Logger = 8, r.log.logger(name)
+	e, err := engine.New(cfg)
 	if err != nil {
 		return nil, err
 	}
