@@ -316,7 +316,7 @@ func mainCode() int {
 	var cluster *redisproc.Cluster // nil with -nodes: no loss phase in held, no degraded
 	if len(addrs) == 0 {
 		fmt.Fprintf(os.Stderr, "bench: starting %d redis-server nodes\n", most)
-		cluster, err = redisproc.StartNodes(most)
+		cluster, err = redisproc.StartBenchNodes(most)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err) // says how to install redis-server
 			return 1

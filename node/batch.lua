@@ -2,7 +2,8 @@
 -- that a command costs the node a few Redis calls rather than a script
 -- call of its own.
 -- KEYS[1] the epoch key; ARGV[1] the epoch marker acquires require (the
--- lineage of the dataset the engine judged safe), or '' for none; ARGV[2] the channel of the
+-- lineage of the dataset the engine judged safe, then ' debug' when the
+-- process may run DEBUG), or '' for none; ARGV[2] the channel of the
 -- engine that sends the batch (see grants below), or '' for none. Then,
 -- per command, its code in ARGV and its keys and arguments after those of
 -- the command before:
@@ -110,22 +111,31 @@ local fenceIdle = 3600000
 
 -- The marker names a lineage, "<replication id> <run id> <losses>" (Go:
 -- Info.Lineage). The running process's replication id (new at every
--- start, promotion and resync) and losses (its calls of lossCommands, as
--- in Go: flushes, swaps, reloads) must be those it names too: a marker
--- that came back (a snapshot, a replica's copy, an in-place reload, a new
--- process behind a connection that outlived the old one) names another.
+-- start, promotion and resync) must be the one it names: a marker that
+-- came back (a snapshot, a replica's copy, a new process behind a
+-- connection that outlived the old one) names another. A flush or swap
+-- takes the marker away; only DEBUG RELOAD or LOADAOF bring it back over
+-- a dataset that lost keys, so on a process that may run DEBUG (' debug')
+-- its losses (calls of lossCommands, as in Go) must match too. INFO
+-- commandstats costs the node tens of microseconds: only there.
 local function epochHolds()
   if epochOK == nil then
     epochOK = ARGV[1] == ''
-    if not epochOK and redis.call('GET', KEYS[1]) == ARGV[1] then
-      local lossCommands = {'flushall', 'flushdb', 'swapdb', 'debug'}
-      local replid, losses = string.match(ARGV[1], '^(%x+) %x+ (%d+)$')
-      local info = redis.call('INFO', 'replication', 'commandstats')
-      local n = 0
-      for _, c in ipairs(lossCommands) do
-        n = n + tonumber(string.match(info, 'cmdstat_' .. c .. ':calls=(%d+)') or '0')
+    if not epochOK then
+      local replid, run, losses, debug = string.match(ARGV[1], '^(%x+) (%x+) (%d+)(.*)$')
+      local lineage = replid .. ' ' .. run .. ' ' .. losses
+      if redis.call('GET', KEYS[1]) == lineage then
+        local info = redis.call('INFO', 'replication')
+        epochOK = string.find(info, 'master_replid:' .. replid .. '\r', 1, true) ~= nil
+        if epochOK and debug == ' debug' then
+          local lossCommands = {'flushall', 'flushdb', 'swapdb', 'debug'}
+          local stats, n = redis.call('INFO', 'commandstats'), 0
+          for _, c in ipairs(lossCommands) do
+            n = n + tonumber(string.match(stats, 'cmdstat_' .. c .. ':calls=(%d+)') or '0')
+          end
+          epochOK = n == tonumber(losses)
+        end
       end
-      epochOK = n == tonumber(losses) and string.find(info, 'master_replid:' .. replid .. '\r', 1, true) ~= nil
     end
   end
   return epochOK

@@ -52,6 +52,10 @@ type Info struct {
 	// Losses counts the process's calls of lossCommands (flushes, swaps,
 	// reloads) since it started or since CONFIG RESETSTAT.
 	Losses int64
+	// Debug: the process may run DEBUG (enable-debug-command is not "no",
+	// or CONFIG GET is denied), so it may reload its dataset in place.
+	// The setting is immutable: it holds for the process's life.
+	Debug bool
 	// Uptime is how long the process says it has run: for people only, as
 	// it follows the node's wall clock, which may step.
 	Uptime  time.Duration
@@ -101,7 +105,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	if err != nil {
 		return Info{}, err
 	}
-	cmds := make(rueidis.Commands, 0, 8)
+	cmds := make(rueidis.Commands, 0, 9)
 	cmds = append(cmds,
 		client.B().ClientId().Build(),
 		client.B().Info().Section("server").Build(),
@@ -109,13 +113,14 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 		client.B().Info().Section("memory").Build(),
 		client.B().Info().Section("stats").Build(),
 		client.B().Info().Section("commandstats").Build(),
-		client.B().Get().Key(epochKey).Build())
-	cmds = append(cmds, client.B().ScriptLoad().Script(batchScript.body).Build())
+		client.B().Get().Key(epochKey).Build(),
+		client.B().ScriptLoad().Script(batchScript.body).Build(),
+		client.B().ConfigGet().Parameter("enable-debug-command").Build())
 	start := time.Now()
 	res := client.DoMulti(ctx, cmds...)
 	rtt := time.Since(start)
 	dials := c.dials.Load()
-	for _, r := range res {
+	for _, r := range res[:len(res)-1] { // CONFIG may be denied: see Debug
 		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
 			return Info{}, err
 		}
@@ -132,6 +137,8 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	evicted, _ := redisinfo.Field(stats, "evicted_keys")
 	info.Evicted, _ = strconv.ParseInt(evicted, 10, 64)
 	info.Losses = losses(commands)
+	debug, err := res[8].AsStrMap()
+	info.Debug = err != nil || debug["enable-debug-command"] != "no"
 	info.RunID, _ = redisinfo.Field(server, "run_id")
 	info.ReplID, _ = redisinfo.Field(repl, "master_replid")
 	role, _ := redisinfo.Field(repl, "role")
@@ -206,7 +213,8 @@ func markCmd(c rueidis.Client, epochKey string, info Info, checkEvicted bool) ru
 // health is what the node actor knows of its node.
 type health struct {
 	checked         Info   // the last probe: process and connection commands go to
-	lineage         string // checked.Lineage(), made once per probe: every batch carries it
+	lineage         string // checked.Lineage(), made once per probe
+	epoch           string // what every acquire batch requires (epoch), made once per probe
 	evicts          string // the node's maxmemory-policy, when it may evict lock keys
 	down            bool
 	failures        int       // consecutive failed batches or probes
@@ -251,14 +259,15 @@ type sent struct {
 
 func (a *nodeActor) quarantineOn() bool { return a.cfg.Quarantine >= 0 }
 
-// epoch is the marker acquires require: the lineage of the dataset the
-// last probe found, or none when the quarantine is off. The batch script
-// also requires the replication id it names (see batch.lua).
+// epoch is what acquires require (see batch.lua): the lineage of the
+// dataset the last probe found, " debug" after it when the process may
+// reload in place (the script then counts its losses too), or nothing
+// when the quarantine is off.
 func (a *nodeActor) epoch() string {
 	if !a.quarantineOn() {
 		return ""
 	}
-	return a.health.lineage
+	return a.health.epoch
 }
 
 // start takes the probe New made; a node that was unreachable then is
@@ -283,7 +292,10 @@ func (a *nodeActor) start(first *Info) {
 // early.
 func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
-	a.health.checked, a.health.lineage = info, info.Lineage()
+	a.health.checked, a.health.lineage, a.health.epoch = info, info.Lineage(), info.Lineage()
+	if info.Debug {
+		a.health.epoch += " debug"
+	}
 	a.evictions(at, prev, info)
 	if !a.quarantineOn() {
 		return

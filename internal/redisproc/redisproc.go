@@ -80,7 +80,14 @@ type Cluster struct {
 // waits until each answers PING. On any error it stops what it started.
 // A missing redis-server is installed first when possible (see Set-up in
 // the package documentation).
-func StartNodes(n int) (*Cluster, error) {
+func StartNodes(n int) (*Cluster, error) { return startNodes(n, true) }
+
+// StartBenchNodes is StartNodes with DEBUG off, as Redis 7 ships it: the
+// engines then skip a check that only a node able to DEBUG RELOAD needs
+// (see package node), as they do in production.
+func StartBenchNodes(n int) (*Cluster, error) { return startNodes(n, false) }
+
+func startNodes(n int, debug bool) (*Cluster, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("redisproc: need at least one node, got %d", n)
 	}
@@ -90,7 +97,7 @@ func StartNodes(n int) (*Cluster, error) {
 	}
 	c := &Cluster{}
 	for range n {
-		node, err := newNode(bin)
+		node, err := newNode(bin, debug)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -140,9 +147,10 @@ func (c *Cluster) Close() {
 // Node is one redis-server process. Its port stays the same across Restart.
 // All methods are safe for concurrent use.
 type Node struct {
-	bin  string
-	port int
-	dir  string
+	bin   string
+	port  int
+	dir   string
+	debug bool // DEBUG allowed from local connections
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while not running
@@ -155,12 +163,12 @@ type Node struct {
 
 // newNode starts a process on a free port, picking another port if the
 // chosen one is taken before redis-server binds it.
-func newNode(bin string) (*Node, error) {
+func newNode(bin string, debug bool) (*Node, error) {
 	dir, err := os.MkdirTemp("", "redisproc-")
 	if err != nil {
 		return nil, fmt.Errorf("redisproc: %w", err)
 	}
-	n := &Node{bin: bin, dir: dir}
+	n := &Node{bin: bin, dir: dir, debug: debug}
 	for range bindAttempts {
 		if n.port, err = freePort(); err != nil {
 			break
@@ -204,8 +212,10 @@ func (n *Node) launch() error {
 		"--daemonize", "no",
 		"--logfile", "",
 		"--dir", n.dir,
-		"--enable-debug-command", "local", // DEBUG RELOAD for the reload faults
 	)
+	if n.debug {
+		cmd.Args = append(cmd.Args, "--enable-debug-command", "local") // DEBUG RELOAD for the reload faults
+	}
 	cmd.Dir = n.dir
 	if n.clock != nil {
 		cmd.Env = append(os.Environ(), "LD_PRELOAD="+n.clock.shim, clockEnv+"="+n.clock.path)
