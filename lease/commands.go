@@ -1,0 +1,172 @@
+package lease
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/redlease/redlease/node"
+)
+
+// releaseAll sends release to every node, in a round of its own: a key of
+// the lease may be on any of them. Deletions are announced to waiters, and
+// the lease leaves the queues of waiters it may still be in: it is done
+// acquiring.
+func (a *leaseActor) releaseAll() { a.send(a.finalReleaseCmd, nil) }
+
+// cleanUp releases the failed acquire round's keys (a.failedVotes) on
+// every node, as releaseAll does: a grant may be on its way from any of
+// them; announce: announce the deletions. A node that refused the round
+// (another owner's key) set no key of it: a key of the lease there now is
+// a release's grant (Wake.Granted), which the release keeps
+// (node.Release.Keep), since deleting it would take it back unknown to
+// the lease, whose announcement may still come, and to the waiters after
+// it, whom nobody would name. The nodes where the release may delete one
+// count no grant for the rest of the lease (noGrant). The lease keeps its
+// place in the queues of waiters, and takes it back where it lost it
+// (releaseCmd): it may go on acquiring (giveUp leaves them).
+func (a *leaseActor) cleanUp(announce bool) {
+	for i, v := range a.failedVotes {
+		if v.Outcome != node.Taken {
+			a.noGrant |= nodeBit(i)
+		}
+	}
+	if announce {
+		a.send(a.announcedReleaseCmd, nil)
+	} else {
+		a.send(a.releaseCmd, nil)
+	}
+}
+
+// send starts a new round: cmd to the nodes in to (all when nil), the same
+// message to each (node actors only read it).
+func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
+	a.sendAt(cmd, to, time.Now())
+}
+
+// sendAt is send, for a round that starts at now.
+func (a *leaseActor) sendAt(cmd func(node.Request) node.Command, to []int, now time.Time) {
+	a.round++
+	a.takeVotes()
+	clear(a.votes)
+	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: now})
+	if to == nil {
+		for _, pid := range a.cfg.Nodes {
+			a.pool.system.Root.Send(pid, c)
+		}
+		a.owed += len(a.cfg.Nodes)
+		return
+	}
+	for _, i := range to {
+		a.pool.system.Root.Send(a.cfg.Nodes[i], c)
+	}
+	a.owed += len(to)
+}
+
+// takeVotes gives the actor a vote slice for a round, if it has none.
+func (a *leaseActor) takeVotes() {
+	n := len(a.cfg.Nodes)
+	if len(a.votes) == n {
+		return
+	}
+	if b, ok := a.pool.votes.Get().(*[]node.Vote); ok && len(*b) == n {
+		a.votes, a.votesBox = *b, b
+		return
+	}
+	a.votes, a.votesBox = make([]node.Vote, n), new([]node.Vote)
+}
+
+// dropVotes hands the decided round's votes back to the pool: a held
+// lease needs none until its next round (takeVotes), which saves a vote
+// per node for every lease held. Later votes of the round are ignored.
+func (a *leaseActor) dropVotes() {
+	if a.votes == nil {
+		return
+	}
+	clear(a.votes) // let go of their errors
+	*a.votesBox = a.votes
+	a.pool.votes.Put(a.votesBox)
+	a.votes, a.votesBox = nil, nil
+}
+
+func (a *leaseActor) acquireCmd(r node.Request) node.Command {
+	return &node.Acquire{Request: r, TTL: a.cfg.TTL, FenceKey: a.cfg.FenceKey, Since: a.since}
+}
+
+func (a *leaseActor) extendCmd(r node.Request) node.Command {
+	return &node.Extend{Request: r, TTL: a.cfg.TTL}
+}
+
+// releaseCmd is a failed round's cleanup (cleanUp). A lease that queues
+// puts itself back in the queue of waiters (as the Successor, at its own
+// since): a node that granted it, or named it next, took it out, and the
+// lease goes on waiting; without its place there, that node would name a
+// later waiter next.
+func (a *leaseActor) releaseCmd(r node.Request) node.Command {
+	// Keep grants where the round was refused (past the 64th node a bit
+	// is shared: there, delete unless all refused).
+	c := &node.Release{Request: r, TTL: a.cfg.TTL, Keep: ^a.noGrant}
+	if a.since != "" {
+		c.Successor, c.SuccessorSince, c.SuccessorTTL = a.cfg.Value, a.since, a.cfg.TTL
+	}
+	return c
+}
+
+func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
+	c := a.releaseCmd(r).(*node.Release)
+	c.Announce = true
+	return c
+}
+
+func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
+}
+
+// ReleaseQueueing implements Releaser: releaseAll, queueing the caller
+// next in line too (an interface rather than a closure: a release costs
+// no allocation for it).
+func (a *leaseActor) ReleaseQueueing(since time.Time, value string, ttl time.Duration, ungranted bool) {
+	a.successorSince, a.successor, a.successorTTL, a.successorUngranted = since.UnixMicro(), value, ttl, ungranted
+	a.send(a.handOffCmd, nil)
+}
+
+// handOffCmd is finalReleaseCmd with the successor ReleaseQueueing got.
+func (a *leaseActor) handOffCmd(r node.Request) node.Command {
+	c := a.finalReleaseCmd(r).(*node.Release)
+	if a.successor != "" {
+		c.Successor, c.SuccessorSince = a.successor, strconv.FormatInt(a.successorSince, 10)
+		c.SuccessorTTL, c.SuccessorUngranted = a.successorTTL, a.successorUngranted
+	}
+	return c
+}
+
+func (a *leaseActor) queueCmd(r node.Request) node.Command {
+	return &node.Queue{Request: r, Since: a.since, TTL: a.cfg.TTL}
+}
+
+// leaveCmd takes the lease out of the queues of waiters. Where the key is
+// free, it announces that it leaves, since a release may have named it
+// next: the waiter after it goes instead.
+func (a *leaseActor) leaveCmd(r node.Request) node.Command {
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Leave: true, Announce: true}
+}
+
+// leaveQueues takes a lease that won while it queued out of the queues of
+// waiters on the nodes its win does not count (they refused it, or have
+// not answered): there it would stay, and a later release would name it,
+// and grant it the key, after the lease ended, a holder that is no more
+// keeping a free node for a TTL. It only leaves (Keep, no Announce): a key
+// of the lease there (a grant) stays until the lease's release, as its
+// other keys do. Nobody waits for the answers.
+func (a *leaseActor) leaveQueues() {
+	var c *node.Release
+	for i, v := range a.votes {
+		if v.Outcome == node.Granted {
+			continue
+		}
+		if c == nil {
+			c = &node.Release{Request: node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Sent: time.Now()},
+				TTL: a.cfg.TTL, Leave: true, Keep: ^uint64(0)}
+		}
+		a.pool.system.Root.Send(a.cfg.Nodes[i], c)
+	}
+}

@@ -1,0 +1,160 @@
+package lease
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/redlease/redlease/internal/errtext"
+	"github.com/redlease/redlease/node"
+)
+
+// answerRelease answers a pending Release once a quorum of nodes confirmed
+// that our key is gone (deleted, or not ours), or once all have answered:
+// a dead node does not hold up the holder.
+func (a *leaseActor) answerRelease(all bool) {
+	confirmed := 0
+	for _, v := range a.votes {
+		if v.Outcome == node.Granted || v.Outcome == node.Taken {
+			confirmed++
+		}
+	}
+	switch {
+	case confirmed >= Quorum(len(a.votes)):
+		a.release <- ReleaseResult{Confirmed: confirmed}
+	case all:
+		a.release <- ReleaseResult{Confirmed: confirmed, Votes: slices.Clone(a.votes)}
+	default:
+		return
+	}
+	a.release = nil
+	a.phase = ended
+}
+
+// atDeadline is the error a held lease ends with if its deadline passes
+// now: a lease meant to go on is lost (failure says why); otherwise it
+// simply expired.
+func (a *leaseActor) atDeadline(failure error) error {
+	if !a.cfg.AutoExtend || a.extendsOver {
+		return ErrExpired
+	}
+	if failure == nil {
+		return errLostUnextended // set at every acquire and extension: made once
+	}
+	return lost(failure)
+}
+
+// errLostUnextended ends an auto-extended lease whose deadline passed with
+// no extension failing first.
+var errLostUnextended = lost(errNoExtension)
+
+// lost is ErrLeaseLost for cause. Its text is made when asked for, not
+// with it: every failed extension round makes one (the error its lease
+// would end with), and with a majority of nodes down that is every lease,
+// several times over, while their holders are being told.
+func lost(cause error) error { return lostError{cause} }
+
+type lostError struct{ cause error }
+
+func (e lostError) Error() string {
+	return errtext.Prefix + errtext.Bare(ErrLeaseLost) + ": " + errtext.Bare(e.cause)
+}
+
+func (e lostError) Unwrap() []error { return []error{ErrLeaseLost, e.cause} }
+
+// onDeadline finishes a lease that its deadline timer ended.
+func (a *leaseActor) onDeadline() {
+	if !a.holding() || !a.state.Ended() {
+		return
+	}
+	// No release: the lease ends EndMargin before Until, and its keys must
+	// keep others out until then. They expire on their own by the TTL.
+	a.wrapUp(a.state.err)
+}
+
+func (a *leaseActor) onRelease(m *Release) {
+	if !a.holding() {
+		m.Reply <- ReleaseResult{Err: a.state.Err()}
+		return
+	}
+	err := a.finish(ErrReleased) // before the release may grant the next holder the key
+	if a.cfg.Line != nil {
+		a.cfg.Line.HandOff(a) // releaseAll, queueing the next caller
+	} else {
+		a.releaseAll()
+	}
+	a.wrapUp(err)
+	a.phase, a.release = releasing, m.Reply
+}
+
+// end ends the lease with err, unless its deadline timer was first, and
+// wraps up.
+func (a *leaseActor) end(err error) { a.wrapUp(a.finish(err)) }
+
+// finish ends the lease's state (Done closed, Err set) with err, unless
+// its deadline timer was first, and returns the error it ended with. A
+// release goes to the nodes only after it: the release may grant the key
+// to the next holder, who must never see this lease still held.
+func (a *leaseActor) finish(err error) error {
+	if !a.state.finish(err) {
+		err = a.state.err
+	}
+	return err
+}
+
+// wrapUp follows the end of the lease: the terminal event, the closed event
+// channel, answers to pending Extend calls.
+func (a *leaseActor) wrapUp(err error) {
+	a.phase = ended
+	a.stopTimers()
+	kind := terminalKind(err)
+	a.emit(kind, err) // and closes the event channel
+	if a.cfg.Owner != nil {
+		a.cfg.Owner.Ended(time.Since(a.acquired), err)
+	}
+	if a.cfg.Line != nil {
+		a.cfg.Line.Done(kind == Released)
+	}
+	for _, w := range a.waiters {
+		w <- ExtendResult{Err: err}
+	}
+	a.waiters = nil
+	if kind == Lost {
+		a.cfg.Logger.Warn("redlease: lease lost", "resource", a.cfg.Resource, "err", err)
+	} else if a.info {
+		a.cfg.Logger.Info("redlease: lease ended", "resource", a.cfg.Resource, "err", err)
+	}
+	a.startLinger()
+}
+
+func terminalKind(err error) EventKind {
+	switch {
+	case errors.Is(err, ErrReleased):
+		return Released
+	case errors.Is(err, ErrExpired):
+		return Expired
+	}
+	return Lost
+}
+
+// A lease actor that ended waits for the votes it is still owed at most
+// lingerTimeouts node timeouts plus lingerSlack: a node actor answers
+// every command by its node timeout, so one timeout would do; the second
+// and the slack cover a vote that was queued behind a busy mailbox.
+const (
+	lingerTimeouts = 2
+	lingerSlack    = 100 * time.Millisecond
+)
+
+// startLinger bounds the wait for owed votes, should a node actor not
+// answer (it always does, by the node timeout; this is the safety net).
+func (a *leaseActor) startLinger() {
+	if a.owed > 0 {
+		a.setAlarm(time.Now().Add(lingerTimeouts*a.cfg.NodeTimeout + lingerSlack))
+	}
+}
+
+// explain is the error of a failed extension round, naming each node.
+func (a *leaseActor) explain(cause error) error {
+	return &ExtendError{Nodes: Outcomes(a.votes, a.cfg.Addrs), Cause: cause}
+}
