@@ -18,7 +18,7 @@ import (
 // charged against Attempts.
 func (a *leaseActor) startRound(cause WakeCause) {
 	a.count(cause)
-	a.start = time.Now()
+	a.start = a.now()
 	a.startVote(acquiring, a.acquireCmd, nil, a.start)
 }
 
@@ -31,7 +31,7 @@ func (a *leaseActor) count(cause WakeCause) {
 	if cause != 0 && a.cfg.Line != nil {
 		a.cfg.Line.Woke(cause)
 	}
-	a.recheck = false
+	a.lookAgain = false
 }
 
 // startVote is the one way a counted round starts (acquire, fence,
@@ -41,7 +41,7 @@ func (a *leaseActor) count(cause WakeCause) {
 // sets (a fence round keeps its acquire round's); now is when it starts:
 // one reading of the clock for the requests and the timeout.
 func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to []int, now time.Time) {
-	a.phase = p
+	a.to(p)
 	n := len(a.cfg.Nodes)
 	a.tally = tally{n: n}
 	if to != nil {
@@ -51,34 +51,81 @@ func (a *leaseActor) startVote(p phase, cmd func(node.Request) node.Command, to 
 	a.setAlarm(now.Add(a.cfg.NodeTimeout))
 }
 
-func (a *leaseActor) vote(v *node.Vote) {
-	if v.Round != a.round || a.votes == nil {
-		return // from an earlier round, or from one decided already (dropVotes)
-	}
-	if a.votes[v.Node].Outcome != 0 {
-		return // counted already: the node's grant (countGrant)
+// record records v, a vote of the round out, unless the round was decided
+// (dropVotes) or v is of an earlier one, or the node's vote is in already
+// (its grant: countGrant); it reports whether it did.
+func (a *leaseActor) record(v *node.Vote) bool {
+	if v.Round != a.round || a.votes == nil || a.votes[v.Node].Outcome != 0 {
+		return false
 	}
 	a.votes[v.Node] = *v
 	if a.debug {
 		a.cfg.Logger.Debug("redlease: vote", "resource", a.cfg.Resource, "node", v.Node,
 			"round", v.Round, "outcome", v.Outcome, "rtt", v.RTT, "err", v.Err)
 	}
-	switch a.phase {
-	case acquiring, fencing:
-		a.tally.add(v.Outcome)
+	return true
+}
+
+// inRound handles what can happen while an acquire or fence round is out:
+// its votes decide it, unless the alarm (the node timeout) comes first; a
+// Wake may count a grant or leave a memo for the round's failure; the
+// caller may give up.
+func (a *leaseActor) inRound(msg any) {
+	switch m := msg.(type) {
+	case *node.Vote:
+		a.tally.add(m.Outcome)
 		a.decide()
-	case extending:
-		a.tally.add(v.Outcome)
-		a.extendVote()
-	case releasing:
-		a.answerRelease(false)
+	case *wake:
+		a.roundFailed(errRoundTimeout)
+	case *Wake:
+		switch {
+		case a.phase == acquiring && a.grantable(m) && a.votes[m.Node].Outcome == 0:
+			a.countGrant(m.Node) // another node's grant, as the round goes
+		case m.Cause == WakeRecheck, m.Next != "" && m.Next == a.digest():
+			// A recheck, or named next (granted or not) by a node that
+			// may have refused the round first: should the round fail,
+			// look again at once, rather than wait for releases that a
+			// node which cannot announce will never tell.
+			a.lookAgain = true
+		}
+	case *Cancel:
+		a.abortRound(m.Cause)
+		a.answerFailure() // at once: see Cancel
+	case *Close:
+		a.abortRound(m.Abort)
+	default:
+		a.answerNotHeld(msg)
+	}
+}
+
+// backingOff handles what can happen between acquire rounds: the alarm
+// starts the next; so does a Wake, after nodes failed (a round that timed
+// out under load, say): a release or the watchers' return is worth a look
+// now rather than at the end of the backoff. Each node announces a
+// release once, so this cannot spin.
+func (a *leaseActor) backingOff(msg any) {
+	switch m := msg.(type) {
+	case *wake:
+		a.startRound(0)
+	case *Wake:
+		a.clearAlarm()
+		a.startRound(m.Cause)
+	case *Cancel:
+		a.clearAlarm()
+		a.giveUp(m.Cause)
+		a.answerFailure()
+	case *Close:
+		a.clearAlarm()
+		a.giveUp(m.Abort)
+	default:
+		a.answerNotHeld(msg)
 	}
 }
 
 // decide moves an acquire or fence round on once its tally settles it.
 func (a *leaseActor) decide() {
 	switch {
-	case a.tally.won() && a.tooSlow(time.Since(a.start)):
+	case a.tally.won() && a.tooSlow(a.now().Sub(a.start)):
 		a.roundFailed(errTooSlow)
 	case a.tally.won() && a.phase == acquiring && a.cfg.FenceKey != "":
 		a.startFence()
@@ -93,7 +140,7 @@ func (a *leaseActor) decide() {
 
 func (a *leaseActor) hold() {
 	a.clearAlarm()
-	a.phase = held
+	a.to(held)
 	// Acquiring is over: free what only it used, for as long as the lease
 	// is held.
 	a.backOff, a.failedVotes, a.heard = nil, nil, nil
@@ -142,10 +189,11 @@ func (a *leaseActor) roundFailed(cause error) {
 			// Waiters woken together split the nodes: each draws a new
 			// delay over six rounds, uncharged, rather than back off
 			// exponentially, which would starve whoever lost most.
-			a.phase, a.wakeAt, a.deferred = waiting, WakeSplit, false
+			a.to(waiting)
 			a.waitingFor = ""
-			d := 6 * time.Since(a.start)
-			a.setAlarm(time.Now().Add(time.Duration(rand.Int64N(int64(d) + 1))))
+			now := a.now()
+			d := 6 * now.Sub(a.start)
+			a.waitFor(waitSplit, now.Add(time.Duration(rand.Int64N(int64(d)+1))))
 			return
 		}
 	}
@@ -169,10 +217,10 @@ func (a *leaseActor) roundFailed(cause error) {
 		}
 		// The backoff's randomized wait on top, so that the waiters for
 		// one node do not all come back at the same instant.
-		d += max(time.Until(back), 0)
+		d += max(back.Sub(a.now()), 0)
 	}
-	a.phase = backingOff
-	a.setAlarm(time.Now().Add(d))
+	a.to(backingOff)
+	a.setAlarm(a.now().Add(d))
 }
 
 // nextBackOff is the retry schedule's next wait, the schedule made at
@@ -253,18 +301,13 @@ func split(votes []node.Vote) bool {
 	return true
 }
 
-// abort gives up acquiring because of cause (a context or the engine).
-func (a *leaseActor) abort(cause error) {
-	switch a.phase {
-	case acquiring, fencing:
-		a.clearAlarm()
-		a.failedVotes = append(a.failedVotes[:0], a.votes...)
-		a.cleanUp(true)
-		a.giveUp(cause)
-	case backingOff, waiting:
-		a.clearAlarm()
-		a.giveUp(cause)
-	}
+// abortRound gives up acquiring during a round, because of cause (a
+// context or the engine): its keys are cleaned up at once.
+func (a *leaseActor) abortRound(cause error) {
+	a.clearAlarm()
+	a.failedVotes = append(a.failedVotes[:0], a.votes...)
+	a.cleanUp(true)
+	a.giveUp(cause)
 }
 
 func (a *leaseActor) giveUp(cause error) {
@@ -274,7 +317,7 @@ func (a *leaseActor) giveUp(cause error) {
 	if a.since != "" {
 		a.send(a.leaveCmd, nil) // out of the queues it may be in
 	}
-	a.phase = failing
+	a.to(failing)
 	a.cause = cause
 	a.startLinger()
 }

@@ -70,6 +70,7 @@ type bound struct {
 	failedVotes        []node.Vote
 	release            chan<- ReleaseResult  // releasing: the Release to answer
 	waiters            []chan<- ExtendResult // manual Extend calls on the round in flight
+	alarmWas           int64                 // mono: when the alarm being handled was due
 }
 
 // body is a lease as it outlives the actors that run it: its state, and
@@ -85,7 +86,7 @@ type body struct {
 	// timer is the body's one timer, made once: it wakes the lease at the
 	// alarm and ends the lease deadlineOf holds (nil: none is held) at
 	// its end. See timer.go.
-	timer      *time.Timer
+	timer      Timer
 	armedAt    int64 // mono: when the timer fires; 0: not armed (mu)
 	alarmDue   int64 // mono: the alarm still to send; 0: none (mu)
 	deadlineOf atomic.Pointer[State]
@@ -105,11 +106,12 @@ type perLease struct {
 	// Log every vote (debug), and the start and end of the lease (info):
 	// checked once, as a call with arguments allocates even when dropped.
 	debug, info bool
-	recheck     bool      // a recheck came while a round was out
-	deferred    bool      // waiting: for a waiter named next to go first
-	wakeAt      WakeCause // waiting: what the alarm means
-	replied     bool
-	extendsOver bool // MaxHold passed: the lease is meant to expire
+	// lookAgain: a recheck, or being named next, came while the round
+	// was out: should it fail, the next round starts at once (wait).
+	lookAgain   bool
+	reason      waitReason // waiting: what for, and what the alarm means
+	replied     bool       // the Result went out
+	extendsOver bool       // MaxHold passed: the lease is meant to expire
 
 	start     time.Time // start of the current acquire or extend round
 	ownDigest string    // the value as announcements name it, made once
@@ -168,8 +170,8 @@ func (a *leaseActor) begin(m *begin) {
 			// release it waits for can name it, in its turn.
 			a.send(a.queueCmd, nil)
 		}
-		a.phase, a.wakeAt = waiting, WakeFallback
-		a.setAlarm(time.Now().Add(a.cfg.NodeTimeout / YieldDivisor))
+		a.to(waiting)
+		a.waitFor(waitHearing, a.now().Add(a.cfg.NodeTimeout/YieldDivisor))
 		return
 	}
 	a.startRound(0)
@@ -212,67 +214,60 @@ func answerStale(msg any) {
 	}
 }
 
+// handle runs msg in the lease's phase. First, in every phase: a vote of
+// the round out is recorded (record), an alarm that is not due is dropped,
+// and a Wake's release is noted (noteRelease). Then each phase has one
+// handler, which names every message it acts on and drops the rest.
 func (a *leaseActor) handle(msg any) {
 	switch m := msg.(type) {
 	case *node.Vote:
 		a.owed--
-		a.vote(m)
-		m.Free() // vote copied it
-	case *wake:
-		a.onAlarm()
-	case *expire:
-		a.onDeadline()
-	case *Wake:
-		a.onWake(m)
-	case *Extend:
-		a.onExtend(m)
-	case *Release:
-		a.onRelease(m)
-	case *Cancel:
-		a.abort(m.Cause)
-		// The caller's context ended: answer now, without waiting for
-		// the votes the actor is owed. The cleanup releases are already
-		// with the node actors, which send them and answer each exactly
-		// once; the actor stays (and Close waits for it) to collect
-		// them, but a stalled node must not hold the caller for up to
-		// the node timeout.
-		a.answerFailure()
-	case *Close:
-		if a.holding() {
-			err := a.finish(m.Err) // before its release: see finish
-			a.releaseAll()
-			a.wrapUp(err)
-		} else {
-			a.abort(m.Abort)
+		defer m.Free() // record copies it
+		if !a.record(m) {
+			return
 		}
+	case *wake:
+		if !a.alarmFired() {
+			return
+		}
+	case *Wake:
+		a.noteRelease(m)
+	}
+	switch a.phase {
+	case acquiring, fencing:
+		a.inRound(msg)
+	case backingOff:
+		a.backingOff(msg)
+	case waiting:
+		a.waiting(msg)
+	case held:
+		a.held(msg)
+	case extending:
+		a.extending(msg)
+	case failing, releasing, ended:
+		a.ending(msg)
 	}
 }
 
-// onAlarm acts on the alarm if it is due: a wake of an earlier setting
-// (the timer fired as it was reset), or of a lease the actor ran before,
-// finds it not due, or not set, and does nothing.
-func (a *leaseActor) onAlarm() {
-	due := a.alarmAt
-	if due == 0 || mono(time.Now()) < due {
-		return
+// alarmFired reports whether the alarm is due, and takes it: a wake of an
+// earlier setting (the timer fired as it was reset), or of a lease the
+// actor ran before, finds it not due, or not set.
+func (a *leaseActor) alarmFired() bool {
+	if a.alarmAt == 0 || mono(a.now()) < a.alarmAt {
+		return false
 	}
-	a.alarmAt = 0
-	switch a.phase {
-	case acquiring, fencing:
-		a.roundFailed(errRoundTimeout)
-	case extending:
-		a.extendFailed(errRoundTimeout)
-	case backingOff:
-		a.startRound(0)
-	case waiting:
-		a.startRound(a.wakeAt)
-	case held:
-		a.startExtend()
-		if a.cfg.Owner != nil {
-			a.cfg.Owner.ExtendLate(time.Duration(mono(a.start) - due))
-		}
-	case failing, releasing, ended:
-		a.owed = 0 // waited long enough for the votes owed
+	a.alarmWas, a.alarmAt = a.alarmAt, 0
+	return true
+}
+
+// answerNotHeld answers a call about a lease that is not held: Release and
+// Extend get its Err.
+func (a *leaseActor) answerNotHeld(msg any) {
+	switch m := msg.(type) {
+	case *Release:
+		m.Reply <- ReleaseResult{Err: a.state.Err()}
+	case *Extend:
+		m.Reply <- ExtendResult{Err: a.state.Err()}
 	}
 }
 
@@ -346,6 +341,7 @@ func (a *leaseActor) done(ctx actor.Context) {
 	b.mu.Lock()
 	b.live, b.actor = false, nil // calls about the lease are answered stale from now on
 	b.mu.Unlock()
+	a.to(idle)
 	a.perLease = perLease{}
 	a.bound, a.body = bound{}, nil
 	if a.pool != nil {
@@ -393,9 +389,7 @@ func (a *leaseActor) crash(ctx actor.Context, reason any) {
 	a.cfg.Logger.Error("redlease: lease actor panicked", "resource", a.cfg.Resource, "panic", reason)
 	switch a.phase {
 	case held, extending:
-		err := a.finish(lost(err))
-		a.releaseAll()
-		a.wrapUp(err)
+		a.closeHeld(lost(err))
 	case acquiring, fencing, backingOff, waiting, failing:
 		a.reply(Result{Err: err, Attempts: a.attempts})
 		if a.phase != failing {

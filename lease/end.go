@@ -28,7 +28,7 @@ func (a *leaseActor) answerRelease(all bool) {
 		return
 	}
 	a.release = nil
-	a.phase = ended
+	a.to(ended)
 }
 
 // atDeadline is the error a held lease ends with if its deadline passes
@@ -69,27 +69,47 @@ func (a *leaseActor) onDeadline() {
 	}
 	// No release: the lease ends EndMargin before Until, and its keys must
 	// keep others out until then. They expire on their own by the TTL.
-	a.wrapUp(a.state.err)
+	a.wrapUp(ended, a.state.err)
 }
 
+// onRelease ends a held lease by Release, which it answers once a quorum
+// confirmed (answerRelease).
 func (a *leaseActor) onRelease(m *Release) {
-	if !a.holding() {
-		m.Reply <- ReleaseResult{Err: a.state.Err()}
-		return
-	}
 	err := a.finish(ErrReleased) // before the release may grant the next holder the key
 	if a.cfg.Line != nil {
 		a.cfg.Line.HandOff(a) // releaseAll, queueing the next caller
 	} else {
 		a.releaseAll()
 	}
-	a.wrapUp(err)
-	a.phase, a.release = releasing, m.Reply
+	a.wrapUp(releasing, err)
+	a.release = m.Reply
 }
 
-// end ends the lease with err, unless its deadline timer was first, and
-// wraps up.
-func (a *leaseActor) end(err error) { a.wrapUp(a.finish(err)) }
+// closeHeld ends a held lease because the engine closes.
+func (a *leaseActor) closeHeld(err error) {
+	err = a.finish(err) // before its release: see finish
+	a.releaseAll()
+	a.wrapUp(ended, err)
+}
+
+// ending handles what can happen once a lease failed or ended, while the
+// votes it is owed come in: a release round's votes may answer Release;
+// the alarm (the linger bound) stops the wait; a Cancel gets the failure
+// at once (see Cancel); calls get the lease's Err.
+func (a *leaseActor) ending(msg any) {
+	switch msg.(type) {
+	case *node.Vote:
+		if a.phase == releasing {
+			a.answerRelease(false)
+		}
+	case *wake:
+		a.owed = 0 // waited long enough for the votes owed
+	case *Cancel:
+		a.answerFailure()
+	default:
+		a.answerNotHeld(msg)
+	}
+}
 
 // finish ends the lease's state (Done closed, Err set) with err, unless
 // its deadline timer was first, and returns the error it ended with. A
@@ -102,15 +122,16 @@ func (a *leaseActor) finish(err error) error {
 	return err
 }
 
-// wrapUp follows the end of the lease: the terminal event, the closed event
-// channel, answers to pending Extend calls.
-func (a *leaseActor) wrapUp(err error) {
-	a.phase = ended
+// wrapUp follows the end of the lease, moving to next (ended or
+// releasing): the terminal event, the closed event channel, answers to
+// pending Extend calls.
+func (a *leaseActor) wrapUp(next phase, err error) {
+	a.to(next)
 	a.stopTimers()
 	kind := terminalKind(err)
 	a.emit(kind, err) // and closes the event channel
 	if a.cfg.Owner != nil {
-		a.cfg.Owner.Ended(time.Since(a.acquired), err)
+		a.cfg.Owner.Ended(a.now().Sub(a.acquired), err)
 	}
 	if a.cfg.Line != nil {
 		a.cfg.Line.Done(kind == Released)
@@ -150,7 +171,7 @@ const (
 // answer (it always does, by the node timeout; this is the safety net).
 func (a *leaseActor) startLinger() {
 	if a.owed > 0 {
-		a.setAlarm(time.Now().Add(lingerTimeouts*a.cfg.NodeTimeout + lingerSlack))
+		a.setAlarm(a.now().Add(lingerTimeouts*a.cfg.NodeTimeout + lingerSlack))
 	}
 }
 

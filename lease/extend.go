@@ -1,6 +1,10 @@
 package lease
 
-import "time"
+import (
+	"time"
+
+	"github.com/redlease/redlease/node"
+)
 
 // The auto-extension schedule. The engine re-exports both; the README
 // quotes them.
@@ -41,35 +45,68 @@ func (a *leaseActor) holdOver() {
 	a.clearAlarm()
 }
 
+// held handles what can happen while a lease is held between rounds: the
+// alarm starts the planned extension; the holder may Extend, Release, or
+// the engine Close. (The deadline is checked before any message: see
+// onDeadline.)
+func (a *leaseActor) held(msg any) {
+	switch m := msg.(type) {
+	case *wake:
+		a.startExtend()
+		if a.cfg.Owner != nil {
+			a.cfg.Owner.ExtendLate(time.Duration(mono(a.start) - a.alarmWas))
+		}
+	case *Extend:
+		a.onExtend(m)
+	case *Release:
+		a.onRelease(m)
+	case *Close:
+		a.closeHeld(m.Err)
+	}
+}
+
+// extending handles what can happen while an extension round is out: its
+// votes decide it, unless the alarm (the node timeout) comes first; an
+// Extend joins it; Release and Close end the lease as when held.
+func (a *leaseActor) extending(msg any) {
+	switch m := msg.(type) {
+	case *node.Vote:
+		a.tally.add(m.Outcome)
+		a.extendVote()
+	case *wake:
+		a.extendFailed(errRoundTimeout)
+	case *Extend:
+		a.waiters = append(a.waiters, m.Reply)
+	case *Release:
+		a.onRelease(m)
+	case *Close:
+		a.closeHeld(m.Err)
+	}
+}
+
 func (a *leaseActor) startExtend() {
-	a.start = time.Now()
+	a.start = a.now()
 	a.startVote(extending, a.extendCmd, nil, a.start)
 }
 
-// onExtend runs a manual extension, or joins the round in flight. Past
-// MaxHold no round starts: Extend fails with ErrMaxHold and the lease
-// runs to its deadline.
+// onExtend runs a manual extension of a held lease. Past MaxHold no
+// round starts: Extend fails with ErrMaxHold and the lease runs to its
+// deadline.
 func (a *leaseActor) onExtend(m *Extend) {
-	if !a.holding() {
-		m.Reply <- ExtendResult{Err: a.state.Err()}
-		return
-	}
-	if a.phase == held && !time.Now().Before(a.holdEnds()) {
+	if !a.now().Before(a.holdEnds()) {
 		a.holdOver()
 		m.Reply <- ExtendResult{Err: ErrMaxHold}
 		return
 	}
 	a.waiters = append(a.waiters, m.Reply)
-	if a.phase == held {
-		a.startExtend() // in place of the planned one
-	}
+	a.startExtend() // in place of the planned one
 }
 
 // extendVote decides an extend round once its votes allow: extended with a
 // quorum in time; lost when a quorum holds another owner's key; failed when
 // a quorum is out of reach.
 func (a *leaseActor) extendVote() {
-	now := time.Now()
+	now := a.now()
 	switch {
 	case a.tally.won():
 		if now.Before(a.state.Until()) && !a.tooSlow(now.Sub(a.start)) {
@@ -81,7 +118,7 @@ func (a *leaseActor) extendVote() {
 		a.clearAlarm()
 		err := a.finish(lost(a.explain(errNotMine)))
 		a.releaseAll() // our key may linger on a minority
-		a.wrapUp(err)
+		a.wrapUp(ended, err)
 	case a.tally.lost():
 		a.extendFailed(errRefused)
 	}
@@ -89,7 +126,7 @@ func (a *leaseActor) extendVote() {
 
 func (a *leaseActor) extended() {
 	a.clearAlarm()
-	a.phase = held
+	a.to(held)
 	if !a.state.extendTo(a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.atDeadline(nil)) {
 		a.onDeadline() // the deadline passed while the votes were counted
 		return
@@ -106,13 +143,13 @@ func (a *leaseActor) extended() {
 // the validity lasts.
 func (a *leaseActor) extendFailed(cause error) {
 	a.clearAlarm()
-	a.phase = held
+	a.to(held)
 	err := a.explain(cause)
 	a.dropVotes()
 	a.state.setAtDeadline(a.atDeadline(err))
 	a.answerWaiters(err)
 	a.emit(ExtendFailed, err)
-	if at := time.Now().Add(jitter(a.cfg.TTL / RetryDivisor)); at.Before(a.state.ends()) {
+	if at := a.now().Add(jitter(a.cfg.TTL / RetryDivisor)); at.Before(a.state.ends()) {
 		a.planExtend(at)
 	}
 }

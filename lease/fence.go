@@ -1,8 +1,6 @@
 package lease
 
 import (
-	"time"
-
 	"github.com/redlease/redlease/node"
 )
 
@@ -24,7 +22,7 @@ func (a *leaseActor) startFence() {
 	a.token++
 	// Nodes that did not grant are never asked: their acknowledgement
 	// would not count.
-	a.startVote(fencing, a.fenceCmd, granting, time.Now())
+	a.startVote(fencing, a.fenceCmd, granting, a.now())
 }
 
 func (a *leaseActor) fenceCmd(r node.Request) node.Command {

@@ -18,6 +18,7 @@ type Shared struct {
 	EventBuffer int // capacity of a lease's event channel (≥ 2)
 	Logger      *slog.Logger
 	Owner       Owner // nil: nobody is told
+	Clock       Clock // nil: the system's
 }
 
 // Config describes one lease.

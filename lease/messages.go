@@ -63,6 +63,11 @@ type Extend struct {
 }
 
 // Cancel tells an actor still acquiring that its caller's context ended.
+// The actor answers at once, without waiting for the votes it is owed:
+// the cleanup releases are already with the node actors, which send them
+// and answer each exactly once; the actor stays (and Close waits for it)
+// to collect them, but a stalled node must not hold the caller for up to
+// the node timeout.
 type Cancel struct {
 	actors.Late
 	State *State
@@ -71,7 +76,7 @@ type Cancel struct {
 
 // Wake tells an actor waiting for its resource (Config.Line) that a node
 // announced a release (each node announces each one), or that the
-// announcements are heard now (see onWake).
+// announcements are heard now (see waiting).
 type Wake struct {
 	actors.Late
 	State  *State

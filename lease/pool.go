@@ -18,6 +18,7 @@ import (
 type Pool struct {
 	system *actor.ActorSystem
 	shared *Shared      // every lease's Config.Shared
+	clock  Clock        // shared.Clock, or the system's
 	props  *actor.Props // one for all the pool's actors (see spawn)
 	keep   int
 
@@ -46,7 +47,10 @@ func NewPool(system *actor.ActorSystem, dispatcher actor.Dispatcher, keep int, s
 	if shared.Logger == nil {
 		shared.Logger = actors.Discard
 	}
-	p := &Pool{system: system, shared: &shared, keep: keep}
+	if shared.Clock == nil {
+		shared.Clock = systemClock{}
+	}
+	p := &Pool{system: system, shared: &shared, clock: shared.Clock, keep: keep}
 	p.props = actors.PropsWithMailbox(func() actor.Actor {
 		p.spawned = &leaseActor{pool: p}
 		return p.spawned

@@ -78,10 +78,10 @@ func (b *body) armLocked(at int64) {
 		return
 	}
 	b.armedAt = at
-	d := time.Duration(at - mono(time.Now()))
+	d := time.Duration(at - mono(b.pool.clock.Now()))
 	if b.timer == nil {
 		// The closure keeps only b, which is reused, timer and all.
-		b.timer = time.AfterFunc(d, b.fire)
+		b.timer = b.pool.clock.AfterFunc(d, b.fire)
 		return
 	}
 	b.timer.Reset(d)
@@ -105,7 +105,7 @@ func (b *body) rearmLocked() {
 // deadline passed, sends the alarm if due, and re-arms for what is left.
 // A parked lease is bound an actor for them (post).
 func (b *body) fire() {
-	now := time.Now()
+	now := b.pool.clock.Now()
 	if st := b.deadlineOf.Load(); st != nil && st.expireIfDue(now) {
 		b.post(expired)
 	}

@@ -100,15 +100,21 @@ func (c WakeCause) String() string {
 	return fmt.Sprintf("WakeCause(%d)", uint8(c))
 }
 
+// GrantFreshDivisor: a release's grant counts as a node's vote only for a
+// lease that began to wait (Config.Since, from which its validity then
+// counts) less than TTL/GrantFreshDivisor ago; an older waiter runs a
+// round instead, which that node answers as to the key's owner, with a
+// fresh validity. A third of the TTL: what is left is worth holding.
+const GrantFreshDivisor = 3
+
 // grantable reports whether m is a grant to this lease that may count as
 // node m.Node's vote (Wake.Granted): the lease is not fenced (a grant
 // brings no token), it sent that node no deletion since it began (see
-// cleanUp), and it began to wait recently enough that a validity counted
-// from then is worth having; otherwise its round (that node answers it as
-// to the key's owner) brings a fresh one.
+// cleanUp), and the grant is fresh (GrantFreshDivisor).
 func (a *leaseActor) grantable(m *Wake) bool {
 	return m.Granted && m.Node >= 0 && m.Next == a.digest() && a.cfg.FenceKey == "" &&
-		a.noGrant&nodeBit(m.Node) == 0 && !a.cfg.Since.IsZero() && time.Since(a.cfg.Since) < a.cfg.TTL/ExtendDivisor
+		a.noGrant&nodeBit(m.Node) == 0 && !a.cfg.Since.IsZero() &&
+		a.now().Sub(a.cfg.Since) < a.cfg.TTL/GrantFreshDivisor
 }
 
 // startGranted starts the round that node i's grant woke: the grant is
@@ -128,12 +134,13 @@ func (a *leaseActor) startGranted(i int) {
 		}
 	}
 	if len(to) > 0 {
-		a.startVote(acquiring, a.acquireCmd, to, time.Now())
+		a.startVote(acquiring, a.acquireCmd, to, a.now())
 		a.tally.refused-- // node i, not asked: its grant is its vote
 	} else {
 		// One node: a round with nothing to send, its timer unarmed (the
 		// grant decides it now).
-		a.phase, a.tally = acquiring, tally{n: n}
+		a.to(acquiring)
+		a.tally = tally{n: n}
 		a.round++
 		a.takeVotes()
 		clear(a.votes)
@@ -164,7 +171,7 @@ func (a *leaseActor) countGrant(i int) {
 // the backoff bounds the wait, and that wake-up is charged.
 func (a *leaseActor) wait(holder string, free time.Time) {
 	switch {
-	case a.recheck:
+	case a.lookAgain:
 		a.startRound(WakeRecheck)
 		return
 	case a.gone(holder):
@@ -173,108 +180,113 @@ func (a *leaseActor) wait(holder string, free time.Time) {
 	}
 	a.waitingFor = holder
 	wakes := a.cfg.Line.Wait(holder, free)
-	at, why := free, WakeExpiry
+	at, why := free, waitExpiry
 	if !wakes || at.IsZero() {
 		d := backoff.Stop
 		if a.charged < a.cfg.Attempts {
 			d = a.nextBackOff()
 		}
+		now := a.now()
 		switch {
 		case d == backoff.Stop && at.IsZero():
 			a.giveUp(nil)
 			return
-		case d != backoff.Stop && (at.IsZero() || time.Now().Add(d).Before(at)):
-			at, why = time.Now().Add(d), WakeFallback
+		case d != backoff.Stop && (at.IsZero() || now.Add(d).Before(at)):
+			at, why = now.Add(d), waitFallback
 		}
 	}
-	a.phase, a.wakeAt, a.deferred = waiting, why, false
+	a.to(waiting)
+	a.waitFor(why, at)
+}
+
+// waitFor sets what the waiting lease waits for, and its alarm at at.
+func (a *leaseActor) waitFor(r waitReason, at time.Time) {
+	a.reason = r
 	a.setAlarm(at)
 }
 
-// onWake acts on a Wake, after noting which node announced whose release.
-// A waiting actor starts a round at once for a recheck, or when the
-// release names it next; when it names another waiter and this one to
-// stand in for it, it lets that one go first for a node timeout; when it
-// names two others, it waits on to be named; when it names nobody, it
-// races after raceDelay. Another owner's release than the holder's it
-// waits on does not free that holder's quorum, and is ignored. One in a round
-// counts a grant from a node that has not answered it yet, and remembers
-// a recheck, or being named next, for when the round fails. One that
-// backs off (after nodes failed) looks again at once.
-func (a *leaseActor) onWake(m *Wake) {
-	if m.Cause == WakeRelease && m.Holder != "" && m.Node >= 0 {
-		a.hear(m.Holder, m.Node)
-		if m.Holder != a.lastHolder { // not another node's word of the last
-			now := mono(time.Now())
-			if a.lastRelease != 0 {
-				a.releaseGap = time.Duration(now - a.lastRelease)
-			}
-			a.lastHolder, a.lastRelease = m.Holder, now
-		}
-	}
-	switch a.phase {
-	case waiting:
-		switch {
-		case a.grantable(m):
-			a.clearAlarm()
-			a.startGranted(m.Node) // named next, and granted the key
-		case m.Cause == WakeRecheck, m.Next != "" && m.Next == a.digest():
-			a.clearAlarm()
-			a.startRound(m.Cause) // a recheck, or named next: go
-		case a.waitingFor != "" && m.Holder != "" && m.Holder != a.waitingFor:
-			// Another owner's release does not free the holder's quorum.
-		case m.Next != "" && m.Node < 0:
-			// What an announcement said before this head came: not
-			// named by it, the head keeps its alarm (that may be long
-			// past).
-		case m.Next != "" && m.Standby != "" && m.Standby != a.digest():
-			// Two others are named, the next and the one standing in
-			// for it: this one waits to be named, in its turn, without
-			// a round; should both be gone, it looks after
-			// SilenceTimeouts node timeouts without an announcement.
-			a.wakeAt, a.deferred = WakeRelease, true
-			a.setAlarm(time.Now().Add(SilenceTimeouts * a.cfg.NodeTimeout))
-		case m.Next != "":
-			// Another waiter is named next, and this one stands in for
-			// it: let it go first, and race only if no release comes
-			// meanwhile (it may have gone). It gives it twice the time
-			// between the last two releases (a hold and a hand-off,
-			// lately), so that it does not look while the next one
-			// holds, but at least a node timeout (the longest its round
-			// takes) and at most SilenceTimeouts of them. When nobody
-			// stands in (this one is not in that node's queue yet), the
-			// next may be a waiter that left as it was named: race
-			// sooner.
-			d := min(max(a.cfg.NodeTimeout, 2*a.releaseGap), SilenceTimeouts*a.cfg.NodeTimeout)
-			if m.Standby == "" {
-				d = a.cfg.NodeTimeout / YieldDivisor
-			}
-			a.wakeAt, a.deferred = WakeRelease, true
-			a.setAlarm(time.Now().Add(d))
-		case a.wakeAt == WakeRelease && !a.deferred, a.wakeAt == WakeSplit:
-			// The race is set.
-		default:
-			a.wakeAt, a.deferred = WakeRelease, false
-			a.setAlarm(time.Now().Add(raceDelay(a.cfg.Line.Len())))
-		}
-	case backingOff:
-		// After nodes failed (a round that timed out under load, say): a
-		// release or the watchers' return is worth a look now rather
-		// than at the end of the backoff. Each node announces a release
-		// once, so this cannot spin.
+// waiting handles everything that can happen while a lease waits: the
+// alarm starts a round (for the waitReason); a Wake may start one, or
+// change what the lease waits for; the caller may give up. A Wake that
+// grants the lease the key starts a round with that grant as a vote; one
+// that is a recheck, or names this lease next, starts a round at once.
+// Another owner's release than the holder's it waits on does not free
+// that holder's quorum, and is ignored. When a release names another
+// waiter and this one to stand in for it, it lets that one go first;
+// when it names two others, it waits on to be named; when it names
+// nobody, it races after raceDelay.
+func (a *leaseActor) waiting(msg any) {
+	switch m := msg.(type) {
+	case *wake:
+		a.startRound(a.reason.cause())
+	case *Wake:
+		a.wokenWaiting(m)
+	case *Cancel:
 		a.clearAlarm()
-		a.startRound(m.Cause)
-	case acquiring, fencing:
-		switch {
-		case a.phase == acquiring && a.grantable(m) && a.votes[m.Node].Outcome == 0:
-			a.countGrant(m.Node) // another node's grant, as the round goes
-		case m.Cause == WakeRecheck, m.Next != "" && m.Next == a.digest():
-			// A recheck, or named next (granted or not) by a node that
-			// may have refused the round first: should the round fail,
-			// look again at once, rather than wait for releases that a
-			// node which cannot announce will never tell.
-			a.recheck = true
+		a.giveUp(m.Cause)
+		a.answerFailure()
+	case *Close:
+		a.clearAlarm()
+		a.giveUp(m.Abort)
+	default:
+		a.answerNotHeld(msg)
+	}
+}
+
+func (a *leaseActor) wokenWaiting(m *Wake) {
+	switch {
+	case a.grantable(m):
+		a.clearAlarm()
+		a.startGranted(m.Node) // named next, and granted the key
+	case m.Cause == WakeRecheck, m.Next != "" && m.Next == a.digest():
+		a.clearAlarm()
+		a.startRound(m.Cause) // a recheck, or named next: go
+	case a.waitingFor != "" && m.Holder != "" && m.Holder != a.waitingFor:
+		// Another owner's release does not free the holder's quorum.
+	case m.Next != "" && m.Node < 0:
+		// What an announcement said before this head came: not named by
+		// it, the head keeps its alarm (that may be long past).
+	case m.Next != "" && m.Standby != "" && m.Standby != a.digest():
+		// Two others are named, the next and the one standing in for it:
+		// this one waits to be named, in its turn, without a round;
+		// should both be gone, it looks after SilenceTimeouts node
+		// timeouts without an announcement.
+		a.waitFor(waitTurn, a.now().Add(SilenceTimeouts*a.cfg.NodeTimeout))
+	case m.Next != "":
+		// Another waiter is named next, and this one stands in for it:
+		// let it go first, and race only if no release comes meanwhile
+		// (it may have gone). It gives it twice the time between the
+		// last two releases (a hold and a hand-off, lately), so that it
+		// does not look while the next one holds, but at least a node
+		// timeout (the longest its round takes) and at most
+		// SilenceTimeouts of them. When nobody stands in (this one is
+		// not in that node's queue yet), the next may be a waiter that
+		// left as it was named: race sooner.
+		d := min(max(a.cfg.NodeTimeout, 2*a.releaseGap), SilenceTimeouts*a.cfg.NodeTimeout)
+		if m.Standby == "" {
+			d = a.cfg.NodeTimeout / YieldDivisor
 		}
+		a.waitFor(waitTurn, a.now().Add(d))
+	case a.reason == waitRace, a.reason == waitSplit:
+		// The race is set.
+	default:
+		a.waitFor(waitRace, a.now().Add(raceDelay(a.cfg.Line.Len())))
+	}
+}
+
+// noteRelease notes which node announced whose release (a Wake), in every
+// phase: gone reads it, and the time between releases paces waitTurn.
+func (a *leaseActor) noteRelease(m *Wake) {
+	if m.Cause != WakeRelease || m.Holder == "" || m.Node < 0 {
+		return
+	}
+	a.hear(m.Holder, m.Node)
+	if m.Holder != a.lastHolder { // not another node's word of the last
+		now := mono(a.now())
+		if a.lastRelease != 0 {
+			a.releaseGap = time.Duration(now - a.lastRelease)
+		}
+		a.lastHolder, a.lastRelease = m.Holder, now
 	}
 }
 
