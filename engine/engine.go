@@ -316,12 +316,12 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	var t *turn
 	if attempts > 1 {
 		t = e.lines.join(resource, key, cfg.Value, o.ttl)
-		cfg.Value = t.value // a kept place comes with its own
 		if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 			return nil, lease.Result{}, err
 		} else if err != nil {
 			return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
 		}
+		cfg.Value = t.value // a kept place comes with its own
 		cfg.Line, cfg.WaitFirst, cfg.Queued = t, t.waitFirst, t.queued
 		// Queued on the nodes by when it joined the line, not when it
 		// became the head: callers of every engine go in the order
@@ -343,7 +343,12 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	e.live[st] = ref
 	e.mu.Unlock()
 	if t != nil {
-		t.started(st, ref)
+		// Before the lease runs, when run: its Line calls then reach the
+		// resource actor after. (Otherwise the actor was busy, and runs
+		// the lease meanwhile: a Done or a Wait may come first, which
+		// the resource actor takes as from a caller with no lease actor
+		// yet.)
+		t.run(st, ref)
 	}
 	if run {
 		ref.Run()

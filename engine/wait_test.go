@@ -454,11 +454,11 @@ func keptPlace(t *testing.T, a, b *Engine) (remote <-chan acquired, value string
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	a.lines.mu.Lock()
-	if k := a.lines.byKey[a.cfg.lockKey("kept")].kept; k != nil {
-		value = k.value
-	}
-	a.lines.mu.Unlock()
+	a.lines.inspect(a.cfg.lockKey("kept"), func(r *resource) {
+		if r.kept != nil {
+			value = r.kept.value
+		}
+	})
 	return remote, value
 }
 
@@ -647,16 +647,19 @@ func TestStandbyYieldsAsLongAsHoldsLast(t *testing.T) {
 	_ = held.Release(t.Context())
 }
 
-// mustValue is the owner value of the head of e's line for resource.
-func mustValue(t *testing.T, e *Engine, resource string) string {
+// mustValue is the owner value of the head of e's line for resource name.
+func mustValue(t *testing.T, e *Engine, name string) string {
 	t.Helper()
-	e.lines.mu.Lock()
-	defer e.lines.mu.Unlock()
-	l := e.lines.byKey[e.cfg.lockKey(resource)]
-	if l == nil || len(l.turns) == 0 {
-		t.Fatalf("no caller waits for %q", resource)
+	var value string
+	e.lines.inspect(e.cfg.lockKey(name), func(r *resource) {
+		if len(r.turns) > 0 {
+			value = r.turns[0].value
+		}
+	})
+	if value == "" {
+		t.Fatalf("no caller waits for %q", name)
 	}
-	return l.turns[0].value
+	return value
 }
 
 // Should the two waiters a release names (the next, and the one standing
@@ -936,14 +939,6 @@ func TestGoneWaiterNotGranted(t *testing.T) {
 	}
 }
 
-// recordingReleaser is a lease.Releaser that only records what it was
-// asked to queue.
-type recordingReleaser struct{ since time.Time }
-
-func (r *recordingReleaser) ReleaseQueueing(since time.Time, _ string, _ time.Duration, _ bool) {
-	r.since = since
-}
-
 // A worker that releases to a caller of its engine already waiting, and
 // comes back at once, waits as of its release, as it would in the place a
 // release keeps when nobody waits in its engine (TestReturningCallerTakesTheKeptPlace):
@@ -957,22 +952,23 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 	ttl := e.cfg.TTL
 	holder := ls.join("back", key, "h", ttl)
 	waiter := ls.join("back", key, "w", ttl)
-	ls.mu.Lock()
-	ls.byKey[key].watch = true // contended across engines lately
-	ls.mu.Unlock()
-	var r recordingReleaser
+	ls.inspect(key, func(r *resource) { r.watch = true }) // contended across engines lately
 	before := time.Now()
-	holder.HandOff(&r)
+	release := &node.Release{Request: node.Request{Key: key, Value: "h"}, TTL: ttl}
+	holder.HandOff(release)
+	ls.inspect(key, func(*resource) {}) // handed off
 	released := time.Now()
-	if !r.since.Equal(waiter.since) {
-		t.Fatalf("the release queued a caller waiting since %v, want the waiter's %v", r.since, waiter.since)
+	if want := fmt.Sprint(waiter.since.UnixMicro()); release.SuccessorSince != want {
+		t.Fatalf("the release queued a caller waiting since %v, want the waiter's %v", release.SuccessorSince, want)
 	}
 	holder.Done(true)
 	back := ls.join("back", key, "h2", ttl)
+	ls.inspect(key, func(*resource) {}) // joined
 	if back.since.After(released) || back.since.Before(before) {
 		t.Fatalf("the returning caller waits as of %v, want as of the release, %v to %v", back.since, before, released)
 	}
 	later := ls.join("back", key, "h3", ttl)
+	ls.inspect(key, func(*resource) {})
 	if !later.since.After(released) {
 		t.Fatalf("a second caller waits as of %v, want as of its call, after the release at %v", later.since, released)
 	}
@@ -997,9 +993,8 @@ func TestKeptPlaceNotGranted(t *testing.T) {
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	a.lines.mu.Lock()
-	k := a.lines.byKey[a.cfg.lockKey("kept")].kept
-	a.lines.mu.Unlock()
+	var k *kept
+	a.lines.inspect(a.cfg.lockKey("kept"), func(r *resource) { k = r.kept })
 	if k == nil {
 		t.Fatal("setup: the release kept no place for a's next caller")
 	}

@@ -59,18 +59,12 @@ type bound struct {
 	lastHolder  string
 	lastRelease int64 // mono
 	releaseGap  time.Duration
-	// The caller next in line that the final release queues (HandOff).
-	successor      string
-	successorSince int64 // Unix microseconds
-	successorTTL   time.Duration
-	// successorUngranted: the successor is a kept place (Releaser)
-	successorUngranted bool
-	waitingFor         string // waiting: the holder in the way ("": any)
-	cause              error  // why acquiring failed
-	failedVotes        []node.Vote
-	release            chan<- ReleaseResult  // releasing: the Release to answer
-	waiters            []chan<- ExtendResult // manual Extend calls on the round in flight
-	alarmWas           int64                 // mono: when the alarm being handled was due
+	waitingFor  string // waiting: the holder in the way ("": any)
+	cause       error  // why acquiring failed
+	failedVotes []node.Vote
+	release     chan<- ReleaseResult  // releasing: the Release to answer
+	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
+	alarmWas    int64                 // mono: when the alarm being handled was due
 }
 
 // body is a lease as it outlives the actors that run it: its state, and

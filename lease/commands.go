@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/redlease/redlease/node"
@@ -119,24 +118,6 @@ func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
 
 func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
 	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
-}
-
-// ReleaseQueueing implements Releaser: releaseAll, queueing the caller
-// next in line too (an interface rather than a closure: a release costs
-// no allocation for it).
-func (a *leaseActor) ReleaseQueueing(since time.Time, value string, ttl time.Duration, ungranted bool) {
-	a.successorSince, a.successor, a.successorTTL, a.successorUngranted = since.UnixMicro(), value, ttl, ungranted
-	a.send(a.handOffCmd, nil)
-}
-
-// handOffCmd is finalReleaseCmd with the successor ReleaseQueueing got.
-func (a *leaseActor) handOffCmd(r node.Request) node.Command {
-	c := a.finalReleaseCmd(r).(*node.Release)
-	if a.successor != "" {
-		c.Successor, c.SuccessorSince = a.successor, strconv.FormatInt(a.successorSince, 10)
-		c.SuccessorTTL, c.SuccessorUngranted = a.successorTTL, a.successorUngranted
-	}
-	return c
 }
 
 func (a *leaseActor) queueCmd(r node.Request) node.Command {

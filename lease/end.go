@@ -77,12 +77,23 @@ func (a *leaseActor) onDeadline() {
 func (a *leaseActor) onRelease(m *Release) {
 	err := a.finish(ErrReleased) // before the release may grant the next holder the key
 	if a.cfg.Line != nil {
-		a.cfg.Line.HandOff(a) // releaseAll, queueing the next caller
+		// releaseAll, queueing the next caller: the line sends it.
+		a.cfg.Line.HandOff(a.prepare(a.finalReleaseCmd).(*node.Release))
 	} else {
 		a.releaseAll()
 	}
 	a.wrapUp(releasing, err)
 	a.release = m.Reply
+}
+
+// prepare counts a round whose command to every node it returns, for
+// another to send: a.send, but for the sending.
+func (a *leaseActor) prepare(cmd func(node.Request) node.Command) node.Command {
+	a.round++
+	a.takeVotes()
+	clear(a.votes)
+	a.owed += len(a.cfg.Nodes)
+	return cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: a.now()})
 }
 
 // closeHeld ends a held lease because the engine closes.

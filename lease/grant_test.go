@@ -12,13 +12,17 @@ import (
 )
 
 // waitLine is a Line that can always wake its lease (see Line.Wait).
-type waitLine struct{}
+type waitLine struct{ f *fakeNodes }
 
 func (waitLine) Wait(string, time.Time) bool { return true }
 func (waitLine) Woke(WakeCause)              {}
 func (waitLine) Len() int                    { return 1 }
 func (waitLine) Done(bool)                   {}
-func (waitLine) HandOff(r Releaser)          { r.ReleaseQueueing(time.Time{}, "", 0, false) }
+func (l waitLine) HandOff(c *node.Release) {
+	for _, pid := range l.f.pids {
+		l.f.system.Root.Send(pid, c)
+	}
+}
 
 // waiter is a lease that startWaiting left waiting.
 type waiter struct {
@@ -35,7 +39,7 @@ func startWaiting(t *testing.T, f *fakeNodes, cfg Config, late ...int) waiter {
 	t.Helper()
 	w := waiter{reply: make(chan Result, 1), cleanups: make([]*node.Release, len(f.pids))}
 	cfg.Key, cfg.Value, cfg.Resource, cfg.Reply = "k", "v", "r", w.reply
-	cfg.TTL, cfg.NodeTimeout, cfg.Attempts, cfg.Line = 10*time.Second, 10*time.Second, 1, waitLine{}
+	cfg.TTL, cfg.NodeTimeout, cfg.Attempts, cfg.Line = 10*time.Second, 10*time.Second, 1, waitLine{f}
 	cfg.NewBackOff = func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }
 	w.ref, w.st = start(NewPool(f.system, nil, 0, f.shared()), cfg)
 	r, to := round[*node.Acquire](t, f)

@@ -596,7 +596,7 @@ func TestReleaseEndsTheLeaseFirst(t *testing.T) {
 			cfg := Config{Resource: "r", Key: "k", Value: "v", Reply: reply,
 				TTL: 10 * time.Second, NodeTimeout: 10 * time.Second, Attempts: 1}
 			if how == "hand-off" {
-				cfg.Line = waitLine{}
+				cfg.Line = waitLine{f}
 			}
 			ref, st := start(NewPool(f.system, nil, 0, f.shared()), cfg)
 			r, to := round[*node.Acquire](t, f)

@@ -29,21 +29,15 @@ type Line interface {
 	// held lease ended (released: by a release, which is announced). It
 	// may be called more than once.
 	Done(released bool)
-	// HandOff calls r.ReleaseQueueing, which sends the held lease's
-	// release, with the caller after this one in the line for it to put
-	// in the nodes' queues of waiters (node.Release.Successor): since is
-	// when it began to wait, value its owner value ("": nobody waits),
-	// ttl its lease's TTL, which a release that grants it the key sets.
-	// That caller cannot leave the line meanwhile, so that if it leaves,
-	// its leave reaches the nodes after the release that queued it.
-	HandOff(r Releaser)
-}
-
-// Releaser sends a held lease's release (see Line.HandOff).
-type Releaser interface {
-	// ungranted: value is a place kept for a caller not come yet, which
-	// the nodes name but never grant (node.Release.SuccessorUngranted).
-	ReleaseQueueing(since time.Time, value string, ttl time.Duration, ungranted bool)
+	// HandOff sends c, the held lease's final release, to every node,
+	// with the caller after this one in the line for it to put in the
+	// nodes' queues of waiters (node.Release.Successor: since is when it
+	// began to wait, value its owner value, ttl its lease's TTL, which a
+	// release that grants it the key sets), or a place kept for the next
+	// caller. The round of c is counted already. That caller cannot leave
+	// the line meanwhile, so that if it leaves, its leave reaches the nodes
+	// after the release that queued it.
+	HandOff(c *node.Release)
 }
 
 // WakeJitter bounds the random delay between hearing a release and the

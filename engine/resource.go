@@ -1,0 +1,560 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
+)
+
+// resource is a resource actor: the one owner, in an engine, of what
+// concerns a resource beyond a single lease. It keeps the line of the
+// engine's callers of Acquire for the resource (first come, first served:
+// only the head, the first, runs rounds on the nodes; the others wait in
+// the engine until the head's lease ends or its acquire fails), the watch
+// on the resource's release channel, what the last announcement said,
+// and the place a release kept for the next caller. Its head's lease
+// actor holds a turn as its lease.Line.
+//
+// Everything reaches it as a message in its one inbox, in order: callers
+// joining, starting and leaving, the head's lease actor waiting and
+// handing off, the watchers' announcements, its timers. It hands the
+// announcements that concern the head's lease to the head's lease actor
+// (a lease.Wake), which counts them with the votes in its own mailbox.
+// Each lease keeps its own actor (a lease.Pool's), because a held lease
+// parks without one, costing a body of ~400 B and no actor, and because
+// leases acquired by TryAcquire, which has no line, need one too.
+//
+// The engine keeps only a map from resource key to actor (lines.byKey).
+// The actor leaves the map, and is gone, when the resource is idle: no
+// caller in its line and no watch (a watched line lingers lineLinger
+// first); a join on the way keeps it (joining).
+//
+// A head refused by another owner (another engine's lease) waits for that
+// owner's release, which the release script announces on the resource's
+// channel on every node; a watcher per node listens on the channels of
+// the lines whose heads had to wait, from the first such wait until the
+// line has been empty for lineLinger. The announcement names the next
+// waiter and the one after it, in the order the callers of every engine
+// came (a release queues its engine's next caller first, or a place for
+// the caller to come: HandOff); while the resource is watched, a local
+// release hands the turn on through that announcement too, so that the
+// local next in line does not race ahead of the other engines' waiters.
+// A release that names a waiter next may also grant it the key
+// (node.Config.Channel): the engine's watchers listen on a channel of the
+// engine's own from the first wait on, so that a node grants the
+// engine's waiters only while it can tell them so.
+type resource struct {
+	ls        *lines
+	name, key string
+	inbox     *actors.Inbox
+
+	joining int // under ls.mu: joins posted and not yet handled
+
+	// Read by other goroutines: the callers in line (Line.Len, Stats),
+	// the head (Stats), and whether an announcement can reach the head:
+	// the watch was not asked yet, or some node answered or still may
+	// (Line.Wait).
+	count     atomic.Int32
+	head      atomic.Pointer[turn]
+	unwatched atomic.Bool // no watch asked yet
+	canWake   atomic.Bool
+
+	// The actor's own.
+	turns []*turn // turns[0] is the head
+	// watch: the channel was asked of every watcher; acks: answers still
+	// to come of that first ask; on: watched now, by node.
+	watch   bool
+	acks    int
+	on      []bool
+	channel string
+	// releasing: a local lease ended by a release the nodes are
+	// announcing, and no announcement came since; next: the waiter the
+	// last one named next (another engine's, or a head of this line), who
+	// goes before a new head.
+	releasing bool
+	next      string
+	// heard: the holder (node.Digest) of the last announced release, so
+	// that a head whose release was heard before its lease ended does not
+	// wait for it again.
+	heard string
+	// idle: the line is empty, and forgotten (its watch dropped) unless a
+	// caller joins before lineLinger.
+	idle       *time.Timer
+	idleSignal *forget
+	// kept: the place in the nodes' queues that the last release kept for
+	// the engine's next caller, until one comes.
+	kept *kept
+	// handedOn: when the last local release handed the line on to a
+	// caller already waiting (it queued that one, not a place); the next
+	// caller to join within keepFor, most often the worker that released,
+	// waits as of then, as it would have in a kept place.
+	handedOn time.Time
+}
+
+// kept is a place in the nodes' queues of waiters that a release took for
+// the next caller of its engine's line before that caller came (HandOff).
+// A service's worker that releases and acquires again is the usual caller
+// of a busy resource: it takes the place as it comes, where it would
+// otherwise queue itself (one more command per node) after its release.
+// Unclaimed for keepFor, the place is left, so that the waiters behind it
+// are not held up for a caller who does not come. A release names the
+// place but never grants it the key: should the process die first, the
+// key would block the resource for a TTL.
+type kept struct {
+	value string    // the owner value the caller will take
+	since time.Time // when the release queued it
+	ttl   time.Duration
+	timer *time.Timer // leaves it once keepFor passes unclaimed
+}
+
+// lineLinger keeps a watched line that emptied, so that a caller who comes
+// back soon, the usual pattern of a busy resource, neither subscribes
+// again nor races ahead of the other engines' waiters (see join).
+const lineLinger = time.Second
+
+// turn is one Acquire call's place in its resource's line; the head's
+// lease actor holds it as its lease.Line. The caller sets value, ttl and
+// since before it joins; the actor may change them (a kept place, a
+// hand-on) before it closes ready, after which the caller reads them.
+type turn struct {
+	r     *resource
+	since time.Time     // when the caller joined the line
+	value string        // its lease's owner value
+	ttl   time.Duration // its lease's TTL
+	ready chan struct{} // closed when the turn becomes the head
+	// Set when the turn becomes the head: wait for the announcement of
+	// the previous lease's release before the first round; the line is
+	// watched (its heads were refused by other engines lately).
+	waitFirst, contended bool
+	// queued: the previous lease's release put it in the nodes' queues
+	// of waiters (HandOff).
+	queued bool
+	// The head's lease actor, set by the caller before it posts started;
+	// running: the actor has seen that message (only it reads st and ref).
+	st      *lease.State
+	ref     lease.Ref
+	running bool
+	held    atomic.Bool // its lease is held
+	// left: Done was called (the first call posts leaving); released: what
+	// it said.
+	left     atomic.Bool
+	released bool
+	handOff  *node.Release // the final release HandOff sends
+	gone     bool          // the actor took it out of the line
+}
+
+// The messages of a resource actor. Those about a turn are the turn
+// itself, under another type: posting one allocates nothing.
+type (
+	joining   turn // a caller joins the line
+	started   turn // the head's lease actor runs
+	leaving   turn // Done: the turn leaves the line
+	waitingOn turn // the head was refused by another owner (Line.Wait)
+	handing   turn // the head's lease is released (Line.HandOff)
+	// announced: node announced a release on the resource's channel.
+	announced struct {
+		node                  int
+		holder, next, standby string
+		granted               bool
+	}
+	// watched: node listens on the channel now (ok), or could not; lost:
+	// node's watcher lost its connection (it says when it listens again).
+	watched struct {
+		node int
+		ok   bool
+	}
+	lost    struct{ node int }
+	unkeep  struct{ k *kept } // keepFor passed since k was kept
+	forget  struct{}          // lineLinger passed since the line emptied
+	closing struct{ done chan struct{} }
+	// inspect runs f on the actor (tests).
+	inspect struct {
+		f    func(*resource)
+		done chan struct{}
+	}
+)
+
+func (ls *lines) newResource(name, key string) *resource {
+	r := &resource{ls: ls, name: name, key: key}
+	r.unwatched.Store(true)
+	r.inbox = actors.NewInbox(ls.e.dispatch, r.receive, r.crash)
+	return r
+}
+
+func (r *resource) receive(msg any) {
+	switch m := msg.(type) {
+	case *joining:
+		r.join((*turn)(m))
+	case *started:
+		r.start((*turn)(m))
+	case *leaving:
+		r.leave((*turn)(m))
+	case *waitingOn:
+		r.waitOn()
+	case *handing:
+		r.handOff((*turn)(m))
+	case *announced:
+		r.announced(m)
+	case *watched:
+		r.watched(m.node, m.ok)
+	case *lost:
+		if r.watch {
+			r.on[m.node] = false
+			r.setCanWake()
+		}
+	case *unkeep:
+		if r.kept == m.k {
+			r.unkeepNow()
+		}
+	case *forget:
+		if m == r.idleSignal {
+			r.forget()
+		}
+	case *closing:
+		if r.idle != nil {
+			r.idle.Stop()
+		}
+		r.unkeepNow()
+		close(m.done)
+	case *inspect:
+		m.f(r)
+		close(m.done)
+	}
+}
+
+// crash: a panic in the actor is a bug; it is logged, and the actor goes
+// on with its next message, as it has nothing to restart from.
+func (r *resource) crash(reason, msg any) {
+	r.ls.e.cfg.Logger.Error("redlease: resource actor panicked", "resource", r.name,
+		"panic", reason, "message", fmt.Sprintf("%T", msg))
+}
+
+// join puts a caller in the line; it is the head at once when the line
+// was empty. The caller takes the turn's value as its lease's owner
+// value: the place a release kept (HandOff) comes with one. A head that
+// comes right after a local release that other engines' waiters are about
+// to hear of waits to hear of it too: racing ahead of them would starve
+// them.
+func (r *resource) join(t *turn) {
+	r.ls.mu.Lock()
+	r.joining--
+	r.ls.mu.Unlock()
+	if r.idle != nil {
+		r.idle.Stop()
+		r.idle, r.idleSignal = nil, nil
+	}
+	if !r.handedOn.IsZero() {
+		if t.since.Sub(r.handedOn) < r.ls.keepFor {
+			t.since = r.handedOn
+		}
+		r.handedOn = time.Time{}
+	}
+	if r.kept != nil && r.kept.ttl == t.ttl {
+		// The place a release kept: queued already, by when the release
+		// was sent. Only for a lease of the TTL it was kept with: a
+		// release may grant the place the key with that TTL. (A caller
+		// with another leaves it to its timer.)
+		k := r.takeKept()
+		t.value, t.since, t.queued = k.value, k.since, true
+	}
+	r.turns = append(r.turns, t)
+	r.count.Store(int32(len(r.turns)))
+	if len(r.turns) == 1 {
+		r.lead(t)
+		return
+	}
+	r.ls.e.publish(Event{Kind: Waiting, Resource: r.name})
+}
+
+// lead makes t the head.
+func (r *resource) lead(t *turn) {
+	t.waitFirst, t.contended = r.releasing || r.next != "", r.watch
+	r.head.Store(t)
+	close(t.ready)
+}
+
+// start: the head's lease actor runs. A head that was to wait for an
+// announcement that already came (one that came before it had an actor)
+// is told at once what it said.
+func (r *resource) start(t *turn) {
+	t.running = true
+	if t.waitFirst && !r.releasing && !t.gone {
+		r.wake(t, lease.WakeRelease, "", r.next, "", -1, false)
+	}
+}
+
+// wake posts the head's lease actor a Wake and, when the actor was idle,
+// runs it here: the head's next round is what the other engines' waiters
+// are waiting for, not worth a hand-off to a dispatcher worker.
+func (r *resource) wake(t *turn, cause lease.WakeCause, holder, next, standby string, node int, granted bool) {
+	if t.ref.Offer(&lease.Wake{State: t.st, Cause: cause, Holder: holder, Next: next, Standby: standby, Node: node, Granted: granted}) {
+		t.ref.Run()
+	}
+}
+
+// waitOn: the head was refused by another owner. The first time in a
+// line, the watchers start listening on its channel; once they all
+// answered, the head looks again (WakeRecheck), since a release
+// announced before they listened would be missed.
+func (r *resource) waitOn() {
+	if r.watch {
+		return
+	}
+	ls := r.ls
+	r.watch, r.acks, r.on = true, len(ls.watchers), make([]bool, len(ls.watchers))
+	r.channel = r.key + node.ReleasedSuffix
+	r.setCanWake()
+	r.unwatched.Store(false)
+	ls.mu.Lock()
+	listen := !ls.listening
+	ls.listening = true
+	ls.mu.Unlock()
+	if testHookBeforeWatch != nil {
+		testHookBeforeWatch()
+	}
+	for _, w := range ls.watchers {
+		if listen {
+			w.Watch(ls.channel) // for as long as the watcher lives
+		}
+		w.Watch(r.channel)
+	}
+}
+
+// testHookBeforeWatch, if set, runs when a line's watch starts, before
+// any watcher is asked.
+var testHookBeforeWatch func()
+
+// setCanWake publishes whether an announcement can reach the head.
+func (r *resource) setCanWake() {
+	r.canWake.Store(r.acks > 0 || slices.Contains(r.on, true))
+}
+
+// handOff sends the head's final release, queueing the caller after it
+// in the line (node.Release.Successor). With nobody after it, a release
+// that is announced (the resource was contended lately) queues a place
+// for the engine's next caller instead (kept), since that caller is most
+// often the releasing worker, back at once. The successor's leave, should
+// it leave, comes through this inbox after: it reaches the nodes after
+// the release that queued it.
+func (r *resource) handOff(t *turn) {
+	c := t.handOff
+	switch {
+	case len(r.turns) == 0 || r.turns[0] != t:
+	case len(r.turns) > 1:
+		s := r.turns[1]
+		s.queued = true
+		if r.watch {
+			r.handedOn = time.Now()
+		}
+		queue(c, s.since, s.value, s.ttl, false)
+	case r.watch && slices.Contains(r.on, true):
+		k := r.kept
+		if k == nil {
+			k = &kept{value: newValue(), since: time.Now(), ttl: t.ttl}
+			k.timer = time.AfterFunc(r.ls.keepFor, func() { r.inbox.Post(&unkeep{k}) })
+			r.kept = k
+		}
+		// Named, never granted: this process may die before its caller
+		// comes, and nobody would release the key then.
+		queue(c, k.since, k.value, k.ttl, true)
+	}
+	for _, pid := range r.ls.e.pids {
+		r.ls.e.system.Root.Send(pid, c)
+	}
+}
+
+// queue has the release c queue a successor.
+func queue(c *node.Release, since time.Time, value string, ttl time.Duration, ungranted bool) {
+	c.Successor, c.SuccessorSince = value, fmt.Sprint(since.UnixMicro())
+	c.SuccessorTTL, c.SuccessorUngranted = ttl, ungranted
+}
+
+// leave takes t out of the line; the next in line becomes the head.
+func (r *resource) leave(t *turn) {
+	if t.gone {
+		return
+	}
+	t.gone = true
+	if t.queued && !t.running {
+		// A release queued it on the nodes, and it leaves before it had
+		// a lease actor to take itself out: nobody else would.
+		r.sendLeave(t.value, t.ttl)
+	}
+	i := slices.Index(r.turns, t)
+	r.turns = slices.Delete(r.turns, i, i+1)
+	r.count.Store(int32(len(r.turns)))
+	if i == 0 {
+		r.head.Store(nil)
+		r.releasing = t.released && slices.Contains(r.on, true) && r.heard != node.Digest(t.value)
+	}
+	switch {
+	case len(r.turns) == 0 && r.watch:
+		s := &forget{}
+		r.idle, r.idleSignal = time.AfterFunc(lineLinger, func() { r.inbox.Post(s) }), s
+	case len(r.turns) == 0:
+		r.stopIfIdle()
+	case i == 0:
+		r.lead(r.turns[0])
+	}
+}
+
+// stopIfIdle takes the actor out of the engine's map, unless a caller is
+// on the way: it is gone.
+func (r *resource) stopIfIdle() bool {
+	ls := r.ls
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if r.joining > 0 || ls.byKey[r.key] != r {
+		return false
+	}
+	delete(ls.byKey, r.key)
+	return true
+}
+
+// forget drops a line that stayed empty for lineLinger, and its watch.
+func (r *resource) forget() {
+	r.idle, r.idleSignal = nil, nil
+	if len(r.turns) > 0 || !r.stopIfIdle() {
+		return // joined meanwhile
+	}
+	r.unkeepNow()
+	for _, w := range r.ls.watchers {
+		w.Unwatch(r.channel)
+	}
+}
+
+// sendLeave takes value out of the nodes' queues of waiters. Like a
+// lease actor's leave, it is announced where the key is free: a release
+// may have named it next.
+func (r *resource) sendLeave(value string, ttl time.Duration) {
+	c := &node.Release{Request: node.Request{Key: r.key, Value: value}, TTL: ttl, Leave: true, Announce: true}
+	for _, pid := range r.ls.e.pids {
+		r.ls.e.system.Root.Send(pid, c)
+	}
+}
+
+// unkeepNow leaves the kept place at once.
+func (r *resource) unkeepNow() {
+	if k := r.takeKept(); k != nil {
+		r.sendLeave(k.value, k.ttl)
+	}
+}
+
+// takeKept takes the kept place, if any, off its timer.
+func (r *resource) takeKept() *kept {
+	k := r.kept
+	if k != nil {
+		k.timer.Stop()
+		r.kept = nil
+	}
+	return k
+}
+
+// announced: a node announced a release. Every node announces it: the
+// head's lease actor tells the one that matters (see lease.Wake).
+func (r *resource) announced(m *announced) {
+	r.releasing, r.next, r.heard = false, m.next, m.holder
+	if len(r.turns) > 0 && r.turns[0].running && !r.turns[0].held.Load() {
+		r.wake(r.turns[0], lease.WakeRelease, m.holder, m.next, m.standby, m.node, m.granted)
+	}
+}
+
+// watched: node i listens on the channel now (ok), or could not.
+func (r *resource) watched(i int, ok bool) {
+	if !r.watch {
+		return
+	}
+	recheck := ok && !r.on[i] && r.acks == 0 // back after a drop
+	r.on[i] = ok
+	if r.acks > 0 {
+		r.acks--
+		recheck = r.acks == 0
+	}
+	r.setCanWake()
+	if len(r.turns) == 0 {
+		return
+	}
+	if head := r.turns[0]; recheck && head.running && !head.held.Load() {
+		r.wake(head, lease.WakeRecheck, "", "", "", -1, false)
+	}
+}
+
+// await waits for t to become the head; it leaves the line when ctx ends
+// or the engine closes first.
+func (t *turn) await(ctx context.Context, closing <-chan struct{}) error {
+	select {
+	case <-t.ready:
+		return nil
+	default:
+	}
+	select {
+	case <-t.ready:
+		return nil
+	case <-ctx.Done():
+		t.Done(false)
+		return contextError(ctx)
+	case <-closing:
+		t.Done(false)
+		return ErrClosed
+	}
+}
+
+// run tells the actor that the head's lease actor, st's, runs.
+func (t *turn) run(st *lease.State, ref lease.Ref) {
+	t.st, t.ref = st, ref
+	t.r.inbox.Post((*started)(t))
+}
+
+// Wait implements lease.Line: the head was refused by another owner.
+func (t *turn) Wait(holder string, until time.Time) bool {
+	r := t.r
+	r.ls.e.publish(Event{Kind: Waiting, Resource: r.name, Until: until})
+	wakes := r.unwatched.Load() || r.canWake.Load()
+	r.inbox.Post((*waitingOn)(t))
+	return wakes
+}
+
+// Woke implements lease.Line.
+func (t *turn) Woke(cause lease.WakeCause) {
+	t.r.ls.wakeups[cause].Add(1)
+	t.r.ls.e.publish(Event{Kind: Woken, Resource: t.r.name, Wake: cause})
+}
+
+// Len implements lease.Line.
+func (t *turn) Len() int { return int(t.r.count.Load()) }
+
+// HandOff implements lease.Line.
+func (t *turn) HandOff(c *node.Release) {
+	t.handOff = c
+	t.r.inbox.Post((*handing)(t))
+}
+
+// Done implements lease.Line, and leaves the line for a caller whose
+// context ended first: the next in line becomes the head.
+func (t *turn) Done(released bool) {
+	if t.left.CompareAndSwap(false, true) {
+		t.released = released
+		t.r.inbox.Post((*leaving)(t))
+	}
+}
+
+// inspect runs f on the actor of the resource with lock key key, if it
+// has one, and reports whether it did (tests).
+func (ls *lines) inspect(key string, f func(*resource)) bool {
+	ls.mu.Lock()
+	r := ls.byKey[key]
+	ls.mu.Unlock()
+	if r == nil {
+		return false
+	}
+	done := make(chan struct{})
+	r.inbox.Post(&inspect{f, done})
+	<-done
+	return true
+}
