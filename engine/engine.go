@@ -259,7 +259,9 @@ func (e *Engine) Acquire(ctx context.Context, resource string, opts ...Option) (
 }
 
 // TryAcquire is Acquire with a single round: it fails at once when the
-// resource is held elsewhere. It does not queue behind Acquire's callers.
+// resource is held elsewhere. When this engine holds the resource, or a
+// caller of Acquire waits for it here, it fails without a round (an
+// *AcquireError with no node outcomes): it never queues behind them.
 func (e *Engine) TryAcquire(ctx context.Context, resource string, opts ...Option) (*Lease, error) {
 	return e.acquire(ctx, resource, 1, opts)
 }
@@ -313,16 +315,19 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	reply := make(chan lease.Result, 1)
 	cfg.Reply, cfg.WinningVotes = reply, winningVotes
 
-	var t *turn
+	t := e.lines.join(resource, key, cfg.Value, o.ttl, attempts == 1)
+	if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
+		return nil, lease.Result{}, err
+	} else if err != nil {
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
+	}
+	if t.refused {
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: errHeldHere}
+	}
+	cfg.Line = t
 	if attempts > 1 {
-		t = e.lines.join(resource, key, cfg.Value, o.ttl)
-		if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
-			return nil, lease.Result{}, err
-		} else if err != nil {
-			return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
-		}
 		cfg.Value = t.value // a kept place comes with its own
-		cfg.Line, cfg.WaitFirst, cfg.Queued = t, t.waitFirst, t.queued
+		cfg.WaitFirst, cfg.Queued = t.waitFirst, t.queued
 		// Queued on the nodes by when it joined the line, not when it
 		// became the head: callers of every engine go in the order
 		// they came, not engines in turn.
@@ -332,9 +337,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	e.mu.Lock()
 	if e.closed.Load() {
 		e.mu.Unlock()
-		if t != nil {
-			t.Done(false)
-		}
+		t.Done(false)
 		return nil, lease.Result{}, ErrClosed
 	}
 	// Started under the lock so Close sees every lease, and before its
@@ -342,14 +345,11 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	ref, st, run := e.leases.Start(cfg)
 	e.live[st] = ref
 	e.mu.Unlock()
-	if t != nil {
-		// Before the lease runs, when run: its Line calls then reach the
-		// resource actor after. (Otherwise the actor was busy, and runs
-		// the lease meanwhile: a Done or a Wait may come first, which
-		// the resource actor takes as from a caller with no lease actor
-		// yet.)
-		t.run(st, ref)
-	}
+	// Before the lease runs, when run: its Line calls then reach the
+	// resource actor after. (Otherwise the actor was busy, and runs the
+	// lease meanwhile: a Done or a Wait may come first, which the resource
+	// actor takes as from a caller with no lease actor yet.)
+	t.run(st, ref)
 	if run {
 		ref.Run()
 	}
@@ -374,9 +374,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if r.Err != nil {
 		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
 	}
-	if t != nil {
-		t.held.Store(true)
-	}
+	t.held.Store(true)
 	return &Lease{e: e, ref: ref, state: st, resource: resource, value: cfg.Value}, r, nil
 }
 

@@ -790,3 +790,37 @@ func TestNewNeedsQuorumReachable(t *testing.T) {
 		}
 	}
 }
+
+// A TryAcquire on a resource that this engine holds, or that a caller of
+// Acquire waits for here, is answered by the resource actor, without a
+// round on the nodes.
+func TestTryAcquireHeldHereAnsweredLocally(t *testing.T) {
+	c := startNodes(t, 3)
+	e := newEngine(t, c.Addrs())
+	for _, held := range []func() (*Lease, error){
+		func() (*Lease, error) { return e.TryAcquire(t.Context(), "here") },
+		func() (*Lease, error) { return e.Acquire(t.Context(), "here") },
+	} {
+		l, err := held()
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := e.Stats().Nodes[0].Commands
+		_, err = e.TryAcquire(t.Context(), "here")
+		var ae *AcquireError
+		if !errors.Is(err, ErrNotAcquired) || !errors.As(err, &ae) || ae.Attempts != 0 || len(ae.Nodes) != 0 {
+			t.Fatalf("TryAcquire of a resource held here = %v, want an *AcquireError of no round", err)
+		}
+		if after := e.Stats().Nodes[0].Commands; after != before {
+			t.Fatalf("the refused TryAcquire sent %d commands to a node", after-before)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := e.TryAcquire(t.Context(), "here")
+	if err != nil {
+		t.Fatalf("TryAcquire once the resource is free here: %v", err)
+	}
+	_ = l.Release(t.Context())
+}

@@ -38,6 +38,10 @@ var (
 	// ErrClosed: the engine is closed. Leases it held end with an error
 	// matching both ErrReleased and ErrClosed.
 	ErrClosed = errors.New("redlease: engine closed")
+
+	// errHeldHere: TryAcquire on a resource that this engine holds, or
+	// that a caller of Acquire waits for, fails without a round.
+	errHeldHere = errors.New("redlease: this engine holds the resource, or a caller of it waits for it")
 	// ErrLiveLocks: MarkNew marked nothing, as a node holds a lock key, so
 	// leases may be live, and a node without their keys may have lost
 	// them.

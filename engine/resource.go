@@ -127,7 +127,10 @@ type turn struct {
 	since time.Time     // when the caller joined the line
 	value string        // its lease's owner value
 	ttl   time.Duration // its lease's TTL
-	ready chan struct{} // closed when the turn becomes the head
+	ready chan struct{} // closed when the turn becomes the head, or is refused
+	// try: a caller of TryAcquire, refused (without a round) when the
+	// line has a caller already.
+	try, refused bool
 	// Set when the turn becomes the head: wait for the announcement of
 	// the previous lease's release before the first round; the line is
 	// watched (its heads were refused by other engines lately).
@@ -236,7 +239,9 @@ func (r *resource) crash(reason, msg any) {
 }
 
 // join puts a caller in the line; it is the head at once when the line
-// was empty. The caller takes the turn's value as its lease's owner
+// was empty. A caller of TryAcquire (try) joins only an empty line, as its
+// head, and takes neither a kept place nor a hand-on; it is refused when
+// the line has a caller. The caller takes the turn's value as its lease's owner
 // value: the place a release kept (HandOff) comes with one. A head that
 // comes right after a local release that other engines' waiters are about
 // to hear of waits to hear of it too: racing ahead of them would starve
@@ -245,17 +250,24 @@ func (r *resource) join(t *turn) {
 	r.ls.mu.Lock()
 	r.joining--
 	r.ls.mu.Unlock()
+	if t.try && len(r.turns) > 0 {
+		// Held or being acquired here: a round could only lose, or win
+		// against a caller of this engine that came first.
+		t.refused, t.gone = true, true
+		close(t.ready)
+		return
+	}
 	if r.idle != nil {
 		r.idle.Stop()
 		r.idle, r.idleSignal = nil, nil
 	}
-	if !r.handedOn.IsZero() {
+	if !r.handedOn.IsZero() && !t.try {
 		if t.since.Sub(r.handedOn) < r.ls.keepFor {
 			t.since = r.handedOn
 		}
 		r.handedOn = time.Time{}
 	}
-	if r.kept != nil && r.kept.ttl == t.ttl {
+	if r.kept != nil && r.kept.ttl == t.ttl && !t.try {
 		// The place a release kept: queued already, by when the release
 		// was sent. Only for a lease of the TTL it was kept with: a
 		// release may grant the place the key with that TTL. (A caller

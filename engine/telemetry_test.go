@@ -106,8 +106,18 @@ func TestTelemetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.TryAcquire(ctx, "a"); !errors.Is(err, ErrNotAcquired) {
+	// Held by another engine: a TryAcquire of a resource held here would
+	// be refused without a round.
+	other := newEngine(t, c.Addrs())
+	elsewhere, err := other.Acquire(ctx, "a-elsewhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.TryAcquire(ctx, "a-elsewhere"); !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("TryAcquire of a held resource: %v, want ErrNotAcquired", err)
+	}
+	if err := elsewhere.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -265,7 +275,7 @@ func TestTelemetry(t *testing.T) {
 		if s[0].Status.Code != codes.Error || len(s[0].Events) < 3 {
 			t.Errorf("refused TryAcquire span: status %v, %d events; want an error and each node's answer", s[0].Status, len(s[0].Events))
 		}
-		if !has(attribute.NewSet(s[0].Attributes...), []attribute.KeyValue{attribute.String("redlease.resource", "a"), attribute.String("redlease.outcome", "not_acquired")}) {
+		if !has(attribute.NewSet(s[0].Attributes...), []attribute.KeyValue{attribute.String("redlease.resource", "a-elsewhere"), attribute.String("redlease.outcome", "not_acquired")}) {
 			t.Errorf("refused TryAcquire span attributes: %v", s[0].Attributes)
 		}
 	}

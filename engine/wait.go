@@ -60,10 +60,10 @@ func newLines(e *Engine, channel string) *lines {
 	return ls
 }
 
-// join puts a caller of Acquire in resource's line, and returns its turn
-// once the resource actor took it in (await, then read its fields).
-func (ls *lines) join(resource, key, value string, ttl time.Duration) *turn {
-	t := &turn{since: time.Now(), value: value, ttl: ttl, ready: make(chan struct{})}
+// join puts a caller of Acquire (or TryAcquire: try) in resource's line,
+// and returns its turn; the caller awaits it, then reads its fields.
+func (ls *lines) join(resource, key, value string, ttl time.Duration, try bool) *turn {
+	t := &turn{since: time.Now(), value: value, ttl: ttl, ready: make(chan struct{}), try: try}
 	ls.mu.Lock()
 	r := ls.byKey[key]
 	if r == nil {

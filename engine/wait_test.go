@@ -950,8 +950,8 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 	e := newEngine(t, c.Addrs())
 	ls, key := e.lines, e.cfg.lockKey("back")
 	ttl := e.cfg.TTL
-	holder := ls.join("back", key, "h", ttl)
-	waiter := ls.join("back", key, "w", ttl)
+	holder := ls.join("back", key, "h", ttl, false)
+	waiter := ls.join("back", key, "w", ttl, false)
 	ls.inspect(key, func(r *resource) { r.watch = true }) // contended across engines lately
 	before := time.Now()
 	release := &node.Release{Request: node.Request{Key: key, Value: "h"}, TTL: ttl}
@@ -962,12 +962,12 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 		t.Fatalf("the release queued a caller waiting since %v, want the waiter's %v", release.SuccessorSince, want)
 	}
 	holder.Done(true)
-	back := ls.join("back", key, "h2", ttl)
+	back := ls.join("back", key, "h2", ttl, false)
 	ls.inspect(key, func(*resource) {}) // joined
 	if back.since.After(released) || back.since.Before(before) {
 		t.Fatalf("the returning caller waits as of %v, want as of the release, %v to %v", back.since, before, released)
 	}
-	later := ls.join("back", key, "h3", ttl)
+	later := ls.join("back", key, "h3", ttl, false)
 	ls.inspect(key, func(*resource) {})
 	if !later.since.After(released) {
 		t.Fatalf("a second caller waits as of %v, want as of its call, after the release at %v", later.since, released)
