@@ -108,4 +108,94 @@
 // It is the engine's machinery: its exported names serve the other
 // packages of this module and carry no compatibility promise. Users
 // import package engine.
+//
+// # Glossary
+//
+// The words of this package, the engine's line (engine/wait.go) and the
+// batch script (node/batch.lua), each in the one sense it has here; where
+// the code uses a word in a second sense, that sense is given too.
+//
+//   - round: one command sent to every node (or to the nodes named) under
+//     one round number, which each vote echoes; votes of any other round
+//     are dropped. Acquire, fence and extend rounds are decided at quorum
+//     (startVote); a release or a cleanup takes a round number only so
+//     that its votes are told apart.
+//   - vote: a node's answer to one command (node.Vote): Granted (the node
+//     did what was asked), Taken (another owner's key; for an extend or a
+//     release, a key that is not this owner's), Timeout or Failed. A
+//     refused acquire's vote names the holder (node.Digest) and when its
+//     key expires; a quarantined node's, when it is back.
+//   - grant: (1) a node's Granted vote on an acquire: the key is set to
+//     the lease's value (or held it already); Quorum grants win a round,
+//     and a fence round's grants come from the granting nodes only.
+//     (2) a release's grant: a release that names a waiter next also sets
+//     the key, on that node, to the waiter's value with its TTL, as the
+//     waiter's acquire would (Wake.Granted). The waiter counts it as that
+//     node's vote when it may (grantable), with its validity counted from
+//     Config.Since.
+//   - line: an engine's callers of Acquire for one resource, first come,
+//     first served; each call's place in it is a turn. The Line interface
+//     is a lease's view of its turn.
+//   - head: the first turn of a line, the only one whose lease runs
+//     rounds on the nodes; the next turn becomes the head when the head's
+//     lease ends or its acquire fails.
+//   - queue: on each node, the resource's waiters (<lock key>:queue),
+//     ordered by Config.Since, then by their Digests. It decides whom
+//     releases name; it never refuses anyone.
+//   - announcement: what a node publishes on <lock key>:released
+//     (node.ReleasedSuffix) while the resource has a queue, when a release
+//     deletes the key, or when a waiter leaves the queue while the key is
+//     free: the Digests of the holder (none for a leave), of the next
+//     waiter and of the standby, then node.GrantedSuffix after a grant.
+//     Each node announces each release; the engine passes it to the
+//     head's actor as a Wake.
+//   - named, next, standby: an announcement names two waiters of the
+//     node's queue: next, the first, which the release takes out of the
+//     queue (and may grant the key), and standby, the one after it, who
+//     stands in should next not come. A waiter named neither, while two
+//     others are, waits to be named. Next also means the caller after the
+//     head in an engine's line, who is not always the one the nodes name
+//     next.
+//   - successor: the waiter a release puts in the queue before it names
+//     anyone (node.Release.Successor), in the same script call: the next
+//     caller in the releasing engine's line, or a kept place. A cleanup
+//     names its own lease as successor, to take back its place.
+//   - hand-off: a head's final release with its successor
+//     (Line.HandOff, Releaser.ReleaseQueueing), which queues, names and
+//     may grant the next caller in one step. The benchmark calls
+//     hand-off the time from one holder's Release to the next holder's
+//     Acquire returning.
+//   - kept place: a successor queued for the engine's next caller before
+//     that caller came, when nobody is next in a watched line: an owner
+//     value of its own, queued as of the release, named but never granted
+//     (node.Release.SuccessorUngranted). A caller of the same TTL who
+//     comes within NodeTimeout/YieldDivisor takes it; otherwise the
+//     engine takes it out of the queues.
+//   - cleanup: the release a failed acquire round sends to every node,
+//     since a grant may still be on its way from any of them (cleanUp).
+//     It keeps a key of the lease on a node that answered the round Taken
+//     (node.Release.Keep: there it can only be a release's grant), puts a
+//     queued lease back in its place, and is announced only when the
+//     round did not fail by refusals alone.
+//   - charged round: an acquire round that counts against
+//     Config.Attempts: one that no Wake started (the first, a retry after
+//     a backoff) or that WakeFallback started. Rounds woken by a release,
+//     an expiry, a recheck or a split are not charged; Result.Attempts
+//     counts them all.
+//   - parked: a held lease between rounds: its actor went back to the
+//     Pool, and the lease keeps only its body (its State and its timer).
+//     Its next message (its alarm, its deadline, a call, a Wake) binds it
+//     an idle actor.
+//   - linger: a lease actor that ended its lease, or gave up acquiring,
+//     waits for the votes it is still owed, at most lingerTimeouts node
+//     timeouts plus lingerSlack, before it is done (startLinger). In the
+//     engine, a watched line that empties lingers lineLinger (a second)
+//     before it is forgotten and its channel unwatched.
+//   - quarantine: the time a node that may have lost lock keys (a
+//     restart, a flush, a failover, evictions) refuses acquires and
+//     grants nothing: RestartQuarantine (node.Config.Quarantine, by
+//     default the longest TTL) from when this engine saw it so, on its
+//     monotonic clock. Its votes are Failed with node.ErrQuarantined and
+//     the end of the quarantine; a round that only quarantined nodes kept
+//     from a quorum waits for them (quarantineEnd).
 package lease
