@@ -6,10 +6,12 @@
 //	defer lease.Release(ctx)
 //
 // An Engine runs one node actor per Redis address (batching the commands
-// of all leases to that node into pipelined round trips) and one lease
-// actor per lease (votes, validity, retry, extension, events). Acquire
-// asks every node at once and holds the lease when N/2+1 granted with
-// positive validity, TTL − elapsed − (TTL·DriftFactor + 2ms); a failed
+// of all leases to that node into pipelined round trips), one resource
+// actor per resource in use (its line of callers, what the nodes announce
+// of it: engine/resource.go) and one lease actor per lease (votes,
+// validity, retry, extension, events: package lease). Acquire asks every
+// node at once and holds the lease when N/2+1 granted with validity beyond
+// an end margin, TTL − elapsed − (TTL·DriftFactor + 2ms); a failed
 // round is cleaned up on every node. A round refused by another owner
 // waits for that owner's release (announced by every node, which names the
 // next waiter) or its keys' expiry, behind the engine's earlier callers
@@ -39,4 +41,11 @@
 // marks new nodes; the redlease command (cmd/redlease) runs them.
 //
 // All methods of Engine and Lease are safe for concurrent use.
+//
+// # Locks
+//
+// Two mutexes remain beside the actors, each taken before the locks of
+// package lease and of the mailboxes, never the other way: Engine.mu (the
+// live leases, Close) and lines.mu (the map from resource to resource
+// actor); no code holds both.
 package engine

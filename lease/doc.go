@@ -6,43 +6,63 @@
 //
 // # Lifecycle of a lease actor
 //
-//  1. acquiring: a round sends Acquire to all N nodes and counts votes for
-//     that round only (votes carry the round number; older ones are
-//     dropped). N/2+1 grants with positive validity make the lease held; a
-//     quorum that became impossible, or the node timeout, fails the round.
-//  2. A failed round sends Release to all N nodes at once. With a Line,
-//     a round that found one other owner on a quorum waits (waiting) for
-//     that owner's release, announced by the nodes (a Wake), or for its
-//     keys to expire, as the refusing nodes said; a split vote draws a
-//     random delay over a few rounds. Otherwise it waits a randomized
-//     backoff (backingOff) and tries again, until the attempt budget, the
-//     backoff or the caller's context says stop (failing).
-//     The Result goes out once the cleanup votes are in, except when the
-//     caller's context ended (Cancel): then at once, the cleanup being
-//     already with the node actors.
-//  3. fencing (with a FenceKey): the token is written back to the granting
-//     nodes before the lease counts as held; see Fencing tokens below.
-//  4. held: the deadline timer ends the lease EndMargin before its validity
-//     deadline (so Done closes before Until though the timer fires late
-//     under load), on its own goroutine so a busy mailbox cannot delay it:
-//     ErrLeaseLost if it was meant to be extended (AutoExtend), ErrExpired
-//     otherwise. With AutoExtend, extension rounds run at a third of the
-//     TTL (ExtendDivisor) and, after a failure, again about
-//     TTL/RetryDivisor later; a quorum answering "not mine"
-//     loses the lease at once. No extension round, automatic or by Extend,
-//     starts later than MaxHold after the lease was acquired (Extend then
-//     fails with ErrMaxHold); the lease expires at its deadline. Release
-//     ends it with ErrReleased. Between its rounds a held lease parks:
-//     its actor goes back to the Pool, and the lease keeps only its body
-//     (its state and its timer, about 360 B). The next message for it
-//     (its alarm, its deadline, a call) binds it an idle actor again, so
-//     a lease is still run by one actor at a time, not always the same.
-//  5. After the end (or the final failure) the actor waits for the votes it
-//     is still owed, bounded by the node timeout, then is done with the
-//     lease: its Pool takes it back to run a later lease (what arrives late
-//     about this one, votes of its rounds, timers, calls on its State, is
-//     told apart and dropped or answered with its Err), or it stops.
-//     Nothing it sent is left unanswered, so nothing is left running.
+// A lease moves through the phases that phase's doc comment draws from
+// the edge table (lease/phase.go), and only along them: every change goes
+// through one function, to, which panics on a move the table lacks. Each
+// phase has one handler, which names every message it acts on:
+//
+//   - acquiring, fencing (inRound, acquire.go): a round sends Acquire to
+//     all N nodes and counts votes for that round only (votes carry the
+//     round number; older ones are dropped). N/2+1 grants with validity
+//     beyond the end margin make the lease held (after fencing, with a
+//     FenceKey: see Fencing tokens); a quorum that became impossible, or
+//     the node timeout, fails the round, which sends Release to all N
+//     nodes at once.
+//   - waiting (wait.go: what can happen while a lease waits, in one file):
+//     with a Line, a round that found one other owner on a quorum waits
+//     for that owner's release, announced by the nodes (a Wake), or for
+//     its keys to expire, as the refusing nodes said; a split vote draws
+//     a random delay. What it waits for, and so what its alarm means, is
+//     its waitReason.
+//   - backingOff (acquire.go): otherwise it waits a randomized backoff and
+//     tries again, until the attempt budget, the backoff or the caller's
+//     context says stop: failing. The Result goes out once the cleanup
+//     votes are in, except when the caller's context ended (Cancel): then
+//     at once, the cleanup being already with the node actors.
+//   - held, extending (extend.go): the deadline timer ends the lease
+//     EndMargin before its validity deadline (so Done closes before Until
+//     though the timer fires late under load), on its own goroutine so a
+//     busy mailbox cannot delay it: ErrLeaseLost if it was meant to be
+//     extended (AutoExtend), ErrExpired otherwise. With AutoExtend,
+//     extension rounds run at a third of the TTL (ExtendDivisor) and,
+//     after a failure, again about TTL/RetryDivisor later; a quorum
+//     answering "not mine" loses the lease at once. No extension round,
+//     automatic or by Extend, starts later than MaxHold after the lease
+//     was acquired (Extend then fails with ErrMaxHold); the lease expires
+//     at its deadline. Between its rounds a held lease parks: its actor
+//     goes back to the Pool, and the lease keeps only its body (its state
+//     and its timer). The next message for it (its alarm, its deadline, a
+//     call) binds it an idle actor again, so a lease is still run by one
+//     actor at a time, not always the same.
+//   - releasing, ended, failing (ending, end.go): after the end (or the
+//     final failure) the actor waits for the votes it is still owed,
+//     bounded by the node timeout, then is done with the lease (idle): its
+//     Pool takes it back to run a later lease (what arrives late about
+//     this one, votes of its rounds, timers, calls on its State, is told
+//     apart and dropped or answered with its Err), or it stops. Nothing it
+//     sent is left unanswered, so nothing is left running.
+//
+// Time comes from Shared.Clock (the system's unless a test sets one).
+//
+// # Locks
+//
+// The actor's state needs none: one message at a time. What other
+// goroutines touch has a mutex of its own, taken in this order only:
+// body.mu (binding a parked lease, the timer's fields), then Pool.mu or
+// Pool.spawnMu (binding takes an idle actor, or spawns one), then an
+// actor's mailbox lock (posting to it). State.mu (the holder's calls, the
+// deadline timer) is taken alone: the AfterEnd functions run once it is
+// let go, and the timer ends a lease before it takes body.mu.
 //
 // # Fencing tokens
 //
@@ -111,7 +131,7 @@
 //
 // # Glossary
 //
-// The words of this package, the engine's line (engine/wait.go) and the
+// The words of this package, the engine's resource actor (engine/resource.go) and the
 // batch script (node/batch.lua), each in the one sense it has here; where
 // the code uses a word in a second sense, that sense is given too.
 //
@@ -161,7 +181,7 @@
 //     caller in the releasing engine's line, or a kept place. A cleanup
 //     names its own lease as successor, to take back its place.
 //   - hand-off: a head's final release with its successor
-//     (Line.HandOff, Releaser.ReleaseQueueing), which queues, names and
+//     (Line.HandOff: the resource actor sends it), which queues, names and
 //     may grant the next caller in one step. The benchmark calls
 //     hand-off the time from one holder's Release to the next holder's
 //     Acquire returning.

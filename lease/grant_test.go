@@ -75,9 +75,13 @@ func (f *fakeNodes) quiet(t *testing.T) {
 	select {
 	case got := <-f.cmds:
 		t.Fatalf("node %d got %T", got.node, got.cmd)
-	case <-time.After(50 * time.Millisecond):
+	case <-time.After(quietPeriod):
 	}
 }
+
+// quietPeriod bounds the waits that prove something does not happen: long
+// enough that a message already sent would have arrived.
+const quietPeriod = 50 * time.Millisecond
 
 // On one node, a grant is the lease: held without a round, its validity
 // counted from when the caller began to wait (the grant's announcement
@@ -145,6 +149,30 @@ func TestGrantNotCounted(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newFakeNodes(t, 1)
 			notCounted(t, f, startWaiting(t, f, c), 0)
+		})
+	}
+}
+
+// A grant counts while the lease began to wait less than
+// TTL/GrantFreshDivisor ago, and not from then on: on one node, a fresh
+// grant is the lease, a stale one only names it.
+func TestGrantFreshness(t *testing.T) {
+	fresh := 10 * time.Second / GrantFreshDivisor
+	for name, waited := range map[string]time.Duration{"fresh": fresh - time.Nanosecond, "stale": fresh} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeNodes(t, 1)
+			clock := newFakeClock()
+			f.clock = clock
+			w := startWaiting(t, f, Config{Since: clock.Now()})
+			clock.Advance(waited)
+			if name == "stale" {
+				notCounted(t, f, w, 0)
+				return
+			}
+			w.ref.Post(grantFrom(w.st, 0))
+			if r := result(t, w.reply); r.Err != nil {
+				t.Fatalf("a grant %v after the wait began: not held: %v", waited, r.Err)
+			}
 		})
 	}
 }

@@ -22,6 +22,7 @@ type fakeNodes struct {
 	system *actor.ActorSystem
 	pids   []*actor.PID
 	cmds   chan received
+	clock  Clock // the leases' (nil: the system's)
 }
 
 type received struct {
@@ -92,7 +93,7 @@ func (f *fakeNodes) vote(to *actor.PID, n int, round uint64, o node.Outcome) {
 }
 
 // shared is what the leases of a pool over these nodes share.
-func (f *fakeNodes) shared() Shared { return Shared{Nodes: f.pids, DriftFactor: 0.01} }
+func (f *fakeNodes) shared() Shared { return Shared{Nodes: f.pids, DriftFactor: 0.01, Clock: f.clock} }
 
 func spawn(f *fakeNodes, cfg Config) (chan Result, *State) {
 	reply := make(chan Result, 1)
@@ -307,13 +308,18 @@ func TestImpossibleQuorumFailsAndCleansUp(t *testing.T) {
 // A quorum that arrives after the validity ran out does not count.
 func TestQuorumTooLateFails(t *testing.T) {
 	f := newFakeNodes(t, 3)
+	clock := newFakeClock()
+	f.clock = clock
 	reply, _ := spawn(f, Config{TTL: 100 * time.Millisecond, NodeTimeout: 99 * time.Millisecond, Attempts: 1})
 	r, to := round[*node.Acquire](t, f)
-	time.Sleep(98 * time.Millisecond) // validity = 100 − 98 − 3 < 0
+	clock.Advance(98 * time.Millisecond) // validity = 100 − 98 − 3 < 0
 	for n := range 3 {
 		f.vote(to, n, r, node.Granted)
 	}
-	round[*node.Release](t, f)
+	r, to = round[*node.Release](t, f)
+	for n := range 3 {
+		f.vote(to, n, r, node.Granted) // the cleanup's: the time stands still
+	}
 	if res := result(t, reply); res.Err == nil {
 		t.Fatal("held although the quorum came after the validity ran out")
 	}
@@ -608,7 +614,7 @@ func TestReleaseEndsTheLeaseFirst(t *testing.T) {
 			}
 			sentBefore := make(chan int, 1)
 			st.AfterEnd(func() {
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(quietPeriod) // a release sent before the end would be in by now
 				sentBefore <- len(f.cmds)
 			})
 			if how == "close" {
