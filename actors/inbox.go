@@ -3,24 +3,31 @@ package actors
 import "github.com/asynkron/protoactor-go/actor"
 
 // Inbox is an actor without protoactor's registry: a Mailbox whose user
-// messages one function handles, one at a time, in the order they were
+// messages a Handler handles, one at a time, in the order they were
 // posted, on a dispatcher (or on a caller's goroutine: Ask). It has no
 // PID and no supervisor, and costs nothing once nobody refers to it: for
 // an actor that lives as long as an entry in a map, made and dropped as
-// often as a lock is taken.
+// often as a lock is taken. Its zero value is unusable: Init it, once,
+// where it will stay (it is meant to be a field of its handler).
 type Inbox struct {
-	box     *Mailbox
-	handle  func(msg any)
-	onPanic func(reason, msg any)
+	box     Mailbox
+	handler Handler
 }
 
-// NewInbox makes an Inbox whose messages handle handles on dispatcher.
-// A panic in handle goes to onPanic, and the inbox goes on with the next
-// message.
-func NewInbox(dispatcher actor.Dispatcher, handle func(msg any), onPanic func(reason, msg any)) *Inbox {
-	in := &Inbox{box: newMailbox(), handle: handle, onPanic: onPanic}
+// Handler is what an Inbox hands its messages to.
+type Handler interface {
+	// Receive handles msg.
+	Receive(msg any)
+	// Crashed: Receive panicked with reason on msg; the inbox goes on
+	// with the next message.
+	Crashed(reason, msg any)
+}
+
+// Init readies in to hand its messages to h, on dispatcher.
+func (in *Inbox) Init(dispatcher actor.Dispatcher, h Handler) {
+	in.handler = h
+	in.box.run = in.box.process
 	in.box.RegisterHandlers(in, dispatcher)
-	return in
 }
 
 // Post queues msg; a dispatcher worker handles it.
@@ -36,10 +43,10 @@ func (in *Inbox) Ask(msg any) {
 }
 
 // InvokeUserMessage implements actor.MessageInvoker.
-func (in *Inbox) InvokeUserMessage(msg any) { in.handle(msg) }
+func (in *Inbox) InvokeUserMessage(msg any) { in.handler.Receive(msg) }
 
 // InvokeSystemMessage implements actor.MessageInvoker: an Inbox gets none.
 func (in *Inbox) InvokeSystemMessage(any) {}
 
 // EscalateFailure implements actor.MessageInvoker.
-func (in *Inbox) EscalateFailure(reason, msg any) { in.onPanic(reason, msg) }
+func (in *Inbox) EscalateFailure(reason, msg any) { in.handler.Crashed(reason, msg) }

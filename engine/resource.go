@@ -31,9 +31,16 @@ import (
 // leases acquired by TryAcquire, which has no line, need one too.
 //
 // The engine keeps only a map from resource key to actor (lines.byKey).
-// The actor leaves the map, and is gone, when the resource is idle: no
-// caller in its line and no watch (a watched line lingers lineLinger
-// first); a join on the way keeps it (joining).
+// A resource actor is in one of three states:
+//
+//	(none) -- a caller joins (Acquire, TryAcquire) --> active
+//	active -- the last caller leaves, the line unwatched --> gone
+//	active -- the last caller leaves, the line watched --> lingering
+//	lingering -- a caller joins --> active
+//	lingering -- lineLinger passes --> gone (its watch dropped, its kept place left)
+//
+// Gone, it is out of the map; the next caller makes another. A join on
+// its way (joining, counted under lines.mu) keeps it from going.
 //
 // A head refused by another owner (another engine's lease) waits for that
 // owner's release, which the release script announces on the resource's
@@ -52,7 +59,7 @@ import (
 type resource struct {
 	ls        *lines
 	name, key string
-	inbox     *actors.Inbox
+	inbox     actors.Inbox
 
 	joining int // under ls.mu: joins posted and not yet handled
 
@@ -127,7 +134,10 @@ type turn struct {
 	since time.Time     // when the caller joined the line
 	value string        // its lease's owner value
 	ttl   time.Duration // its lease's TTL
-	ready chan struct{} // closed when the turn becomes the head, or is refused
+	// settled: the turn became the head, or was refused (settle); wake is
+	// made by a caller that must wait for that (await).
+	settled atomic.Bool
+	wake    atomic.Pointer[chan struct{}]
 	// try: a caller of TryAcquire, refused (without a round) when the
 	// line has a caller already.
 	try, refused bool
@@ -186,11 +196,12 @@ type (
 func (ls *lines) newResource(name, key string) *resource {
 	r := &resource{ls: ls, name: name, key: key}
 	r.unwatched.Store(true)
-	r.inbox = actors.NewInbox(ls.e.dispatch, r.receive, r.crash)
+	r.inbox.Init(ls.e.dispatch, r)
 	return r
 }
 
-func (r *resource) receive(msg any) {
+// Receive implements actors.Handler.
+func (r *resource) Receive(msg any) {
 	switch m := msg.(type) {
 	case *joining:
 		r.join((*turn)(m))
@@ -231,9 +242,10 @@ func (r *resource) receive(msg any) {
 	}
 }
 
-// crash: a panic in the actor is a bug; it is logged, and the actor goes
-// on with its next message, as it has nothing to restart from.
-func (r *resource) crash(reason, msg any) {
+// Crashed implements actors.Handler: a panic in the actor is a bug; it is
+// logged, and the actor goes on with its next message, as it has nothing
+// to restart from.
+func (r *resource) Crashed(reason, msg any) {
 	r.ls.e.cfg.Logger.Error("redlease: resource actor panicked", "resource", r.name,
 		"panic", reason, "message", fmt.Sprintf("%T", msg))
 }
@@ -254,7 +266,7 @@ func (r *resource) join(t *turn) {
 		// Held or being acquired here: a round could only lose, or win
 		// against a caller of this engine that came first.
 		t.refused, t.gone = true, true
-		close(t.ready)
+		t.settle()
 		return
 	}
 	if r.idle != nil {
@@ -288,7 +300,16 @@ func (r *resource) join(t *turn) {
 func (r *resource) lead(t *turn) {
 	t.waitFirst, t.contended = r.releasing || r.next != "", r.watch
 	r.head.Store(t)
-	close(t.ready)
+	t.settle()
+}
+
+// settle tells t's caller that t is the head, or refused: at once if it
+// waits (await), else when it looks.
+func (t *turn) settle() {
+	t.settled.Store(true)
+	if c := t.wake.Load(); c != nil {
+		close(*c)
+	}
 }
 
 // start: the head's lease actor runs. A head that was to wait for an
@@ -500,13 +521,16 @@ func (r *resource) watched(i int, ok bool) {
 // await waits for t to become the head; it leaves the line when ctx ends
 // or the engine closes first.
 func (t *turn) await(ctx context.Context, closing <-chan struct{}) error {
-	select {
-	case <-t.ready:
-		return nil
-	default:
+	if t.settled.Load() {
+		return nil // most often: the caller ran the actor (Ask)
+	}
+	c := make(chan struct{})
+	t.wake.Store(&c)
+	if t.settled.Load() {
+		return nil // settled meanwhile, perhaps without seeing c
 	}
 	select {
-	case <-t.ready:
+	case <-c:
 		return nil
 	case <-ctx.Done():
 		t.Done(false)

@@ -63,7 +63,7 @@ func newLines(e *Engine, channel string) *lines {
 // join puts a caller of Acquire (or TryAcquire: try) in resource's line,
 // and returns its turn; the caller awaits it, then reads its fields.
 func (ls *lines) join(resource, key, value string, ttl time.Duration, try bool) *turn {
-	t := &turn{since: time.Now(), value: value, ttl: ttl, ready: make(chan struct{}), try: try}
+	t := &turn{since: time.Now(), value: value, ttl: ttl, try: try}
 	ls.mu.Lock()
 	r := ls.byKey[key]
 	if r == nil {
