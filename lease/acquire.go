@@ -110,15 +110,8 @@ func (a *leaseActor) backingOff(msg any) {
 	case *Wake:
 		a.clearAlarm()
 		a.startRound(m.Cause)
-	case *Cancel:
-		a.clearAlarm()
-		a.giveUp(m.Cause)
-		a.answerFailure()
-	case *Close:
-		a.clearAlarm()
-		a.giveUp(m.Abort)
 	default:
-		a.answerNotHeld(msg)
+		a.quitBetweenRounds(msg) // Cancel, Close
 	}
 }
 
@@ -299,6 +292,23 @@ func split(votes []node.Vote) bool {
 		}
 	}
 	return true
+}
+
+// quitBetweenRounds gives up acquiring between rounds (backingOff,
+// waiting) on the caller's Cancel or the engine's Close, and answers any
+// call (the lease is not held).
+func (a *leaseActor) quitBetweenRounds(msg any) {
+	switch m := msg.(type) {
+	case *Cancel:
+		a.clearAlarm()
+		a.giveUp(m.Cause)
+		a.answerFailure() // at once: see Cancel
+	case *Close:
+		a.clearAlarm()
+		a.giveUp(m.Abort)
+	default:
+		a.answerNotHeld(msg)
+	}
 }
 
 // abortRound gives up acquiring during a round, because of cause (a

@@ -215,15 +215,8 @@ func (a *leaseActor) waiting(msg any) {
 		a.startRound(a.reason.cause())
 	case *Wake:
 		a.wokenWaiting(m)
-	case *Cancel:
-		a.clearAlarm()
-		a.giveUp(m.Cause)
-		a.answerFailure()
-	case *Close:
-		a.clearAlarm()
-		a.giveUp(m.Abort)
 	default:
-		a.answerNotHeld(msg)
+		a.quitBetweenRounds(msg) // Cancel, Close
 	}
 }
 
