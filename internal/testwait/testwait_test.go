@@ -34,7 +34,9 @@ func run(wait func(testing.TB)) (failed bool) {
 
 func TestEventually(t *testing.T) {
 	var n atomic.Int32
-	if run(func(tb testing.TB) { Eventually(tb, time.Second, "the third call", func() bool { return n.Add(1) == 3 }) }) {
+	if run(func(tb testing.TB) {
+		Eventually(tb, time.Second, "the third call", func() bool { return n.Add(1) == 3 })
+	}) {
 		t.Fatal("failed on a condition that came true")
 	}
 	if !run(func(tb testing.TB) { Eventually(tb, 20*time.Millisecond, "never", func() bool { return false }) }) {
