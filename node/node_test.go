@@ -397,20 +397,21 @@ func TestRestartQuarantine(t *testing.T) {
 // sees the new process, never by its uptime.
 func TestQuarantineCountsFromTheLatestPossibleStart(t *testing.T) {
 	const q = 400 * time.Millisecond
-	// afterTheSecond: from .9 to .15 of the next second, long enough that
-	// INFO counts the turn, and within the quarantine of a restart at .9.
-	const afterTheSecond = 250 * time.Millisecond
+	// The restart at .9 of a wall-clock second (INFO's seconds follow
+	// it), the uptime read at .15 of the next: long enough that INFO
+	// counts the turn, and within the quarantine.
+	const atTheEnd, afterTheSecond = 900 * time.Millisecond, 250 * time.Millisecond
 	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: q, HealthInterval: time.Hour, First: trusted})
 	ctx := t.Context()
 	for try := 1; ; try++ {
 		// Start the process at .9 of a wall-clock second and look at its
 		// uptime just after the next second began.
 		now := time.Now()
-		at := now.Truncate(time.Second).Add(900 * time.Millisecond)
+		at := now.Truncate(time.Second).Add(atTheEnd)
 		if !at.After(now) {
 			at = at.Add(time.Second)
 		}
-		time.Sleep(time.Until(at)) // the wall clock at .9: INFO's seconds follow it
+		time.Sleep(time.Until(at))
 		restarted := time.Now()
 		if err := h.server.Restart(); err != nil {
 			t.Fatal(err)
