@@ -427,6 +427,11 @@ func waitQueuesEmpty(t *testing.T, c *redisproc.Cluster, key string) {
 	t.Helper()
 	key += ":queue"
 	var queues []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("queues of %s: %q", key, queues)
+		}
+	}()
 	testwait.Eventually(t, 2*time.Second, "every queue of waiters empty but for its end mark", func() bool {
 		queues = queues[:0]
 		for _, n := range c.Nodes {
