@@ -14,6 +14,7 @@ import (
 
 	"github.com/redlease/redlease/internal/leakcheck"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 	"github.com/redlease/redlease/lease"
 )
 
@@ -298,11 +299,13 @@ func TestQuorumEveryMask(t *testing.T) {
 				continue
 			}
 			v, _, gerr := c.Nodes[i].Get(ctx, lockKey(resource))
-			// The lease is held at the third grant; a fourth or fifth
-			// may still be on its way.
-			for deadline := time.Now().Add(time.Second); gerr == nil && s == up && err == nil && v == "" && time.Now().Before(deadline); {
-				time.Sleep(5 * time.Millisecond)
-				v, _, gerr = c.Nodes[i].Get(ctx, lockKey(resource))
+			if gerr == nil && s == up && err == nil && v == "" {
+				// The lease is held at the third grant; a fourth or fifth
+				// may still be on its way.
+				testwait.Eventually(t, time.Second, fmt.Sprintf("mask %v: the lease's key on node %d", mask, i), func() bool {
+					v, _, gerr = c.Nodes[i].Get(ctx, lockKey(resource))
+					return gerr != nil || v != ""
+				})
 			}
 			if gerr != nil {
 				t.Fatal(gerr)
@@ -335,23 +338,16 @@ func TestQuorumEveryMask(t *testing.T) {
 // waitGone waits until no node holds the resource's key.
 func waitGone(t *testing.T, c *redisproc.Cluster, resource string) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); count(values(t, c, resource), "") != len(c.Nodes); {
-		if time.Now().After(deadline) {
-			t.Fatalf("keys still there: %q", values(t, c, resource))
+	var keys []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("keys of %q: %q", resource, keys)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after limit.
-func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", limit, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	}()
+	testwait.Eventually(t, 2*time.Second, "every node's key of "+resource+" gone", func() bool {
+		keys = values(t, c, resource)
+		return count(keys, "") == len(c.Nodes)
+	})
 }
 
 // keysOn counts the nodes among idx that hold the resource's key; it asks
@@ -375,20 +371,21 @@ func keysOn(t *testing.T, c *redisproc.Cluster, resource string, idx ...int) int
 // restart, the first command on the broken connection may fail).
 func waitAllUp(t *testing.T, e *Engine, c *redisproc.Cluster) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		l, err := e.TryAcquire(t.Context(), "probe")
-		if err == nil {
-			all := count(values(t, c, "probe"), l.Value()) == len(c.Nodes)
-			if err = l.Release(t.Context()); err == nil && all {
-				return
-			}
+	var err error
+	defer func() {
+		if t.Failed() {
+			t.Logf("last probe lease: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes did not all come back: %v", err)
+	}()
+	testwait.Eventually(t, 5*time.Second, "every node back, holding a probe lease", func() bool {
+		var l *Lease
+		if l, err = e.TryAcquire(t.Context(), "probe"); err != nil {
+			return false
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		all := count(values(t, c, "probe"), l.Value()) == len(c.Nodes)
+		err = l.Release(t.Context())
+		return err == nil && all
+	})
 }
 
 // stopAfter is a retry schedule of n quick retries.
@@ -410,6 +407,9 @@ func TestMutualExclusion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	const goroutines, total = 24, 240
+	// hold: how long each holder stays inside, long enough that a second
+	// holder let in beside it would be counted.
+	const hold = time.Millisecond
 	var (
 		inside, taken atomic.Int32
 		wg            sync.WaitGroup
@@ -434,7 +434,7 @@ func TestMutualExclusion(t *testing.T) {
 					t.Errorf("acquired at %v before the previous release at %v", acquired, last)
 				}
 				mu.Unlock()
-				time.Sleep(time.Millisecond)
+				time.Sleep(hold)
 				inside.Add(-1)
 				mu.Lock()
 				last = time.Now()
@@ -530,7 +530,7 @@ func TestCancelMidRetry(t *testing.T) {
 	// The holder's key stays on its quorum, and nothing of the contender's
 	// is left (a node may have granted the contender before the holder)
 	// once its cleanup, sent before Acquire returned, has run.
-	waitFor(t, 5*time.Second, "a key of the cancelled contender is left", func() bool {
+	testwait.Eventually(t, 5*time.Second, "only the holder's keys left, none of the cancelled contender's", func() bool {
 		vals := values(t, c, "busy")
 		return count(vals, held.Value())+count(vals, "") == 5
 	})
@@ -582,7 +582,7 @@ func TestCancelWithStalledNodeReturnsAtOnce(t *testing.T) {
 	}()
 	// Mid-round: nodes 2 and 3 granted, nodes 0 and 1 owe their votes.
 	healthy := []int{2, 3}
-	waitFor(t, 5*time.Second, "the healthy nodes never granted the attempt", func() bool {
+	testwait.Eventually(t, 5*time.Second, "the healthy nodes granted the attempt", func() bool {
 		return keysOn(t, c, "stalled", healthy...) == len(healthy)
 	})
 	cancelled := time.Now()
@@ -601,7 +601,7 @@ func TestCancelWithStalledNodeReturnsAtOnce(t *testing.T) {
 		t.Fatalf("Acquire = %v, want ErrNotAcquired and context.Canceled", err)
 	}
 	// The cleanup, sent before Acquire returned, reaches the healthy nodes.
-	waitFor(t, 5*time.Second, "the attempt's key is still on a healthy node", func() bool {
+	testwait.Eventually(t, 5*time.Second, "the attempt's key gone from the healthy nodes", func() bool {
 		return keysOn(t, c, "stalled", healthy...) == 0
 	})
 	if v, _, err := c.Nodes[4].Get(t.Context(), lockKey("stalled")); err != nil || v != "someone-else" {
@@ -687,21 +687,13 @@ func TestClose(t *testing.T) {
 	}
 	// The engine's connections (named "redlease") are closed.
 	for i, n := range c.Nodes {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		testwait.Eventually(t, 5*time.Second, fmt.Sprintf("node %d without the engine's connections after Close", i), func() bool {
 			list, err := n.Do(ctx, "CLIENT", "LIST")
 			if err != nil {
 				t.Fatal(err)
 			}
-			conns := strings.Count(list.(string), "name=redlease ")
-			if conns == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("node %d has %d connections after Close:\n%s", i, conns, list)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return !strings.Contains(list.(string), "name=redlease ")
+		})
 	}
 	// rueidis goroutines of the test's own clients are still running here;
 	// TestMain checks those once every cluster is closed.
@@ -731,7 +723,7 @@ func TestCloseDuringAcquire(t *testing.T) {
 	}()
 	// Close once the attempt is under way: its lease actor runs and its
 	// first round went out.
-	waitFor(t, 5*time.Second, "the Acquire never started a round", func() bool { return acquiring(b) })
+	testwait.Eventually(t, 5*time.Second, "the Acquire's first round sent", func() bool { return acquiring(b) })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // Bad input gets a clear error before anything is sent; odd but valid
@@ -36,10 +38,7 @@ func TestHostileInput(t *testing.T) {
 		{"nil retry", "r", []Option{WithRetry(nil)}, "WithRetry needs a BackOff factory, got nil"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// Earlier leases' actors finish their releases first.
-			for deadline := time.Now().Add(2 * time.Second); e.Stats().Leases != 0 && time.Now().Before(deadline); {
-				time.Sleep(5 * time.Millisecond)
-			}
+			testwait.Eventually(t, 5*time.Second, "earlier leases' actors done with their releases", func() bool { return e.Stats().Leases == 0 })
 			l, err := e.TryAcquire(ctx, tc.resource, tc.opts...)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -60,20 +59,13 @@ func TestHostileInput(t *testing.T) {
 			// The exact key, on every node (the last grants may still be on
 			// their way when Acquire returns at quorum).
 			for i, n := range c.Nodes {
-				deadline := time.Now().Add(time.Second)
-				for {
+				testwait.Eventually(t, time.Second, fmt.Sprintf("node %d: the lease's value at the exact key", i), func() bool {
 					v, _, err := n.Get(ctx, DefaultKeyPrefix+"{"+tc.resource+"}")
 					if err != nil {
 						t.Fatal(err)
 					}
-					if v == l.Value() {
-						break
-					}
-					if time.Now().After(deadline) {
-						t.Fatalf("node %d: key holds %q, want the lease's value", i, v)
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
+					return v == l.Value()
+				})
 			}
 			if err := l.Release(ctx); err != nil {
 				t.Fatal(err)

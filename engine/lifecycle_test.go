@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/testwait"
 	"github.com/redlease/redlease/lease"
 )
 
@@ -67,10 +68,12 @@ func TestAutoExtendKeepsLeaseAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := l.Until()
-	time.Sleep(3 * time.Second)
+	// Three TTLs: the key of a lease that was not extended would be gone.
+	const kept = 3 * time.Second
+	time.Sleep(kept)
 	select {
 	case <-l.Done():
-		t.Fatalf("auto-extended 1s lease ended after 3s: %v", l.Err())
+		t.Fatalf("auto-extended 1s lease ended after %v: %v", kept, l.Err())
 	default:
 	}
 	if !l.Until().After(first.Add(2 * time.Second)) {
@@ -244,6 +247,9 @@ func TestManualExtendStopsAtMaxHold(t *testing.T) {
 	after := time.Now()
 	// The winning round started between before and after; the bound runs
 	// from its start.
+	// pace: the extensions come this far apart, so that at most 5 fit in
+	// the max hold and their events in the lease's buffer.
+	const pace = maxHold / 4
 	extends := 0
 	for {
 		called := time.Now()
@@ -253,7 +259,7 @@ func TestManualExtendStopsAtMaxHold(t *testing.T) {
 				t.Fatalf("Extend called %v after the acquire returned succeeded: past the %v max hold", called.Sub(after), maxHold)
 			}
 			extends++
-			time.Sleep(maxHold / 4) // at most 5 extensions: their events fit the buffer
+			time.Sleep(pace)
 			continue
 		}
 		if !errors.Is(err, ErrMaxHold) {
@@ -305,8 +311,10 @@ func TestAutoExtendMaxHoldBoundsExtend(t *testing.T) {
 	}
 	// The max hold counts from the winning round's start, which is before
 	// Acquire returned: past returned+maxHold it has surely passed.
+	// past: a moment beyond the max hold, so that it has surely passed.
+	const past = 10 * time.Millisecond
 	returned := time.Now()
-	time.Sleep(time.Until(returned.Add(maxHold + 10*time.Millisecond)))
+	time.Sleep(time.Until(returned.Add(maxHold + past)))
 	// The last automatic extension started before maxHold, so the lease
 	// holds until well after it.
 	if err := l.Extend(ctx); !errors.Is(err, ErrMaxHold) {
@@ -335,12 +343,10 @@ func TestReleaseStopsExtension(t *testing.T) {
 		t.Fatalf("Context cause = %v, want ErrReleased", cause)
 	}
 	waitGone(t, c, "stop")
-	for range 10 {
-		if got := count(values(t, c, "stop"), ""); got != 3 {
-			t.Fatalf("key came back on %d nodes after Release", 3-got)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// An extension under way at the Release would land within a node
+	// round trip; this is many.
+	const quiet = 500 * time.Millisecond
+	testwait.Never(t, quiet, "the key came back after Release", func() bool { return count(values(t, c, "stop"), "") != 3 })
 }
 
 // A subscriber that never reads costs drops, not delays.
@@ -491,7 +497,7 @@ func TestCloseDropsReleasesForADownNode(t *testing.T) {
 	if err := c.Nodes[2].Pause(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "node 3 down", func() bool { return e.Stats().Nodes[2].Down })
+	testwait.Eventually(t, 5*time.Second, "node 3 down", func() bool { return e.Stats().Nodes[2].Down })
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // readings is one collection of the engine's metrics, by name.
@@ -165,7 +167,7 @@ func TestTelemetry(t *testing.T) {
 		t.Errorf("auto-extended lease under a paused majority ended with %v, want ErrLeaseLost", auto.Err())
 	}
 	paused := attribute.String("node", c.Addrs()[1])
-	waitFor(t, 5*time.Second, "a paused node reads down", func() bool {
+	testwait.Eventually(t, 5*time.Second, "a paused node reads down", func() bool {
 		down, ok := read(t, reader).value("redlease.node.state", paused, attribute.String("state", "down"))
 		return ok && down == 0
 	})
@@ -174,7 +176,7 @@ func TestTelemetry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the paused nodes up again", func() bool {
+	testwait.Eventually(t, 5*time.Second, "the paused nodes up again", func() bool {
 		up, ok := read(t, reader).value("redlease.node.state", paused, attribute.String("state", "up"))
 		return ok && up == 1
 	})
@@ -184,7 +186,7 @@ func TestTelemetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := attribute.String("node", c.Addrs()[2])
-	waitFor(t, 5*time.Second, "the restarted node reads quarantined, one restart", func() bool {
+	testwait.Eventually(t, 5*time.Second, "the restarted node reads quarantined, one restart", func() bool {
 		r := read(t, reader)
 		q, ok := r.value("redlease.node.state", restarted, attribute.String("state", "quarantined"))
 		n, _ := r.value("redlease.node.restarts", restarted)

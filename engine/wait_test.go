@@ -15,6 +15,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 	"github.com/redlease/redlease/node"
 )
 
@@ -58,29 +59,30 @@ func await(t *testing.T, ch <-chan acquired, limit time.Duration) acquired {
 	}
 }
 
-// waitWaiting waits until e has a caller waiting for resource whose round
-// was refused with the announcements heard (the recheck is done).
-func waitWaiting(t *testing.T, e *Engine, resource string) {
-	t.Helper()
-	waitFor(t, 5*time.Second, "a waiter listening for the release", func() bool {
-		s := e.Stats()
-		return s.Waiters[resource] == 1 && s.Wakeups.Recheck >= 1
-	})
-	time.Sleep(50 * time.Millisecond) // the recheck round's refusal
-}
-
 // holdAndWait has a take resource, and b's Acquire wait for it, with a
-// retry schedule that makes polling useless.
+// retry schedule that makes polling useless. It returns once b's caller
+// waits quietly, its recheck refused (waitRechecked): b's line for
+// resource must not have been watched before.
 func holdAndWait(t *testing.T, a, b *Engine, resource string) (*Lease, <-chan acquired) {
 	t.Helper()
 	held, err := a.Acquire(t.Context(), resource)
 	if err != nil {
 		t.Fatal(err)
 	}
+	events, stop := b.Subscribe(64)
+	defer stop()
 	got := acquireAsync(t.Context(), b, resource, WithRetry(noPolling))
-	waitWaiting(t, b, resource)
+	waitRechecked(t, events)
+	if n := b.Stats().Waiters[resource]; n != 1 {
+		t.Fatalf("%d callers wait for %q, want 1", n, resource)
+	}
 	return held, got
 }
+
+// apart: how long after one waiter the next comes, where a test wants
+// their times in the nodes' queues to differ by milliseconds, as callers'
+// usually do.
+const apart = 5 * time.Millisecond
 
 // releaseWakes releases held and checks that the waiter got acquires
 // within a second of it.
@@ -221,10 +223,10 @@ func TestLocalWaitersFIFO(t *testing.T) {
 			mu.Unlock()
 			_ = l.Release(context.Background())
 		})
-		waitFor(t, 5*time.Second, "the waiter in line", func() bool { return e.Stats().Waiters["fifo"] == i+1 })
+		testwait.Eventually(t, 5*time.Second, "the waiter in line", func() bool { return e.Stats().Waiters["fifo"] == i+1 })
 	}
 	cancel()
-	waitFor(t, 5*time.Second, "the quitter gone", func() bool { return e.Stats().Waiters["fifo"] == 7 })
+	testwait.Eventually(t, 5*time.Second, "the quitter gone", func() bool { return e.Stats().Waiters["fifo"] == 7 })
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +314,7 @@ func testWaitersInOrder(t *testing.T, rounds int, msApart bool) {
 		got1 := acquireAsync(t.Context(), first, "order", WithRetry(noPolling))
 		if msApart {
 			waitRefused(t, ev1)
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(apart)
 		} else {
 			for first.Stats().Waiters["order"] == 0 { // in its line: its time taken
 				runtime.Gosched()
@@ -380,8 +382,8 @@ func testLocalSuccessor(t *testing.T, watched bool) {
 	events, stop := a.Subscribe(64)
 	defer stop()
 	local := acquireAsync(t.Context(), a, "succ", WithRetry(noPolling))
-	waitFor(t, 5*time.Second, "the local caller in line", func() bool { return a.Stats().Waiters["succ"] == 1 })
-	time.Sleep(5 * time.Millisecond) // a later millisecond to queue by
+	testwait.Eventually(t, 5*time.Second, "the local caller in line", func() bool { return a.Stats().Waiters["succ"] == 1 })
+	time.Sleep(apart)
 	evB, stopB := b.Subscribe(64)
 	remote := acquireAsync(t.Context(), b, "succ", WithRetry(noPolling))
 	waitRechecked(t, evB)
@@ -425,7 +427,12 @@ func waitQueuesEmpty(t *testing.T, c *redisproc.Cluster, key string) {
 	t.Helper()
 	key += ":queue"
 	var queues []string
-	waitFor(t, 2*time.Second, "every queue of waiters empty but for its end mark", func() bool {
+	defer func() {
+		if t.Failed() {
+			t.Logf("queues of %s: %q", key, queues)
+		}
+	}()
+	testwait.Eventually(t, 2*time.Second, "every queue of waiters empty but for its end mark", func() bool {
 		queues = queues[:0]
 		for _, n := range c.Nodes {
 			got, err := n.Do(t.Context(), "ZRANGE", key, "0", "-1")
@@ -492,7 +499,7 @@ func TestReturningCallerTakesTheKeptPlace(t *testing.T) {
 	if value == "" {
 		t.Fatal("the release kept no place for a's next caller")
 	}
-	waitFor(t, 2*time.Second, "the kept place queued on a quorum", func() bool {
+	testwait.Eventually(t, 2*time.Second, "the kept place queued on a quorum", func() bool {
 		return queuedOn(t, c, a, "kept", value) >= 2
 	})
 	back := acquireAsync(t.Context(), a, "kept", WithRetry(noPolling))
@@ -527,7 +534,7 @@ func TestUnclaimedKeptPlaceIsLeft(t *testing.T) {
 	if queuedOn(t, c, a, "kept", value) == 0 {
 		t.Fatal("the kept place is queued on no node")
 	}
-	waitFor(t, 2*time.Second, "the unclaimed place out of every queue", func() bool {
+	testwait.Eventually(t, 2*time.Second, "the unclaimed place out of every queue", func() bool {
 		return queuedOn(t, c, a, "kept", value) == 0
 	})
 	if err := r.l.Release(t.Context()); err != nil {
@@ -552,7 +559,7 @@ func TestGoneWaiterNamedOnce(t *testing.T) {
 	// Every node that deleted the holder's key (a quorum at least; a
 	// release may still be on its way to the others) named it, and took
 	// it out.
-	waitFor(t, 2*time.Second, "the gone waiter out of a quorum of queues", func() bool {
+	testwait.Eventually(t, 2*time.Second, "the gone waiter out of a quorum of queues", func() bool {
 		out := 0
 		for _, n := range c.Nodes {
 			rank, err := n.Do(t.Context(), "ZRANK", key, gone)
@@ -587,12 +594,14 @@ func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
 	}
 	var got []<-chan acquired
 	for _, e := range es[1:] {
-		time.Sleep(5 * time.Millisecond) // a later millisecond to queue by
+		time.Sleep(apart)
 		ev, stop := e.Subscribe(64)
 		got = append(got, acquireAsync(t.Context(), e, "quiet", WithRetry(noPolling)))
 		waitRechecked(t, ev)
 		stop()
 	}
+	// hold: how long each holder holds, longer than a waiter used to yield.
+	const hold = 100 * time.Millisecond
 	var before []Wakeups
 	for _, e := range es[1:] {
 		before = append(before, e.Stats().Wakeups)
@@ -603,7 +612,7 @@ func TestUnnamedWaitersWaitWithoutRounds(t *testing.T) {
 		}
 		held = await(t, ch, 5*time.Second).l
 		if i < len(got)-1 {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(hold)
 		}
 	}
 	if err := held.Release(t.Context()); err != nil {
@@ -635,15 +644,15 @@ func TestStandbyYieldsAsLongAsHoldsLast(t *testing.T) {
 		}
 	}
 	rounds := func() uint64 { w := b.Stats().Wakeups; return w.Release + w.Expiry + w.Fallback }
+	// between: the time between the two releases, which the yield follows;
+	// yielded: less than twice that, and more than a node timeout.
+	const between, yielded = 150 * time.Millisecond, 200 * time.Millisecond
 	announce("another " + gone + " " + gone) // another owner's: b waits on
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(between)
 	before := rounds()
 	announce(holder + " " + gone + " " + node.Digest(mustValue(t, b, "long"))) // b stands in
-	time.Sleep(200 * time.Millisecond)
-	if n := rounds() - before; n != 0 {
-		t.Fatalf("the waiter standing in looked %d times within 200ms, want none: the releases came 150ms apart", n)
-	}
-	waitFor(t, 5*time.Second, "the waiter standing in to look", func() bool { return rounds() > before })
+	testwait.Never(t, yielded, "the waiter standing in looked: the releases came 150ms apart", func() bool { return rounds() != before })
+	testwait.Eventually(t, 5*time.Second, "the waiter standing in to look", func() bool { return rounds() > before })
 	_ = held.Release(t.Context())
 }
 
@@ -751,18 +760,12 @@ func TestHeadAfterAStaleAnnouncement(t *testing.T) {
 	if err := w.l.Release(t.Context()); err != nil { // names the dead waiter
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the release announced", func() bool {
-		for {
-			select {
-			case ev := <-events:
-				if ev.Kind == Released {
-					time.Sleep(100 * time.Millisecond) // its announcement too
-					return true
-				}
-			default:
-				return false
-			}
-		}
+	waitEvent(t, events, "the release", func(ev Event) bool { return ev.Kind == Released })
+	testwait.Eventually(t, 5*time.Second, "the release's announcement heard", func() bool {
+		b.lines.mu.Lock()
+		defer b.lines.mu.Unlock()
+		l := b.lines.byKey[b.cfg.lockKey("stale")]
+		return l != nil && l.heard == node.Digest(w.l.value)
 	})
 	start := time.Now()
 	l, err := b.Acquire(t.Context(), "stale", WithRetry(noPolling))
@@ -786,16 +789,18 @@ func waitRechecked(t *testing.T, events <-chan Event) {
 
 // waitRefused waits until a caller's round was refused by the holder, and
 // then for the round that looks again once the watchers listen, if there
-// is one (it starts within moments of the refusal).
+// is one: it starts within moments of the refusal, well within
+// recheckWithin.
 func waitRefused(t *testing.T, events <-chan Event) {
 	t.Helper()
+	const recheckWithin = 150 * time.Millisecond
 	waitEvent(t, events, "a refused round", refused)
 	select {
 	case ev := <-events:
 		if ev.Kind == Woken && ev.Wake == WakeRecheck {
 			waitEvent(t, events, "a refused recheck", refused)
 		}
-	case <-time.After(150 * time.Millisecond):
+	case <-time.After(recheckWithin):
 	}
 }
 
@@ -826,15 +831,14 @@ func TestWaiterWakesAfterWatchersReconnect(t *testing.T) {
 	c := startNodes(t, 3)
 	a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
 	held, got := holdAndWait(t, a, b, "reconnect")
+	events, stop := b.Subscribe(64)
+	defer stop()
 	for _, n := range c.Nodes {
 		if _, err := n.Do(t.Context(), "CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the watchers back, and a recheck", func() bool {
-		return b.Stats().Wakeups.Recheck >= 2
-	})
-	time.Sleep(50 * time.Millisecond)
+	waitRechecked(t, events) // the watchers back
 	w := releaseWakes(t, held, got)
 	_ = w.l.Release(t.Context())
 }
@@ -850,7 +854,7 @@ func TestCloseWhileWaiting(t *testing.T) {
 	}
 	_, head := holdAndWait(t, a, b, "closing")
 	behind := acquireAsync(t.Context(), b, "closing", WithRetry(noPolling))
-	waitFor(t, 5*time.Second, "the second caller in line", func() bool { return b.Stats().Waiters["closing"] == 2 })
+	testwait.Eventually(t, 5*time.Second, "the second caller in line", func() bool { return b.Stats().Waiters["closing"] == 2 })
 	closed := time.Now()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -884,7 +888,9 @@ func TestGrantedHandOff(t *testing.T) {
 			a, b := newEngine(t, c.Addrs()), newEngine(t, c.Addrs())
 			called := time.Now()
 			held, got := holdAndWait(t, a, b, "grant")
-			time.Sleep(200 * time.Millisecond) // longer than the drift: a validity from the release shows
+			// Longer than the drift: a validity counted from the release shows.
+			const waited = 200 * time.Millisecond
+			time.Sleep(waited)
 			before := commandsSent(b)
 			w := releaseWakes(t, held, got)
 			if sent := commandsSent(b) - before; n == 1 && sent != 0 || sent > uint64(n) {
@@ -1017,7 +1023,7 @@ func TestWinnerLeavesEveryQueue(t *testing.T) {
 	writeForeign(t, c, "won", 500*time.Millisecond, 0, 1)
 	writeForeign(t, c, "won", time.Minute, 2)
 	w := await(t, acquireAsync(t.Context(), e, "won", WithRetry(noPolling)), 5*time.Second)
-	waitFor(t, 2*time.Second, "the winner out of every queue", func() bool {
+	testwait.Eventually(t, 2*time.Second, "the winner out of every queue", func() bool {
 		return queuedOn(t, c, e, "won", w.l.value) == 0
 	})
 	if err := w.l.Release(t.Context()); err != nil {

@@ -251,11 +251,10 @@ func TestLateGrantLooksAgain(t *testing.T) {
 		f.system.Root.Send(to, &node.Vote{Node: i, Round: r, Outcome: node.Taken, Holder: node.Digest("h"),
 			Until: time.Now().Add(time.Hour)})
 	}
-	taken(1)
-	time.Sleep(20 * time.Millisecond) // node 1's refusal counted first
-	w.ref.Post(grantFrom(w.st, 1))
-	time.Sleep(20 * time.Millisecond)
-	taken(2) // the round is lost
+	// One mailbox, one sender: the actor handles these in this order.
+	taken(1)                       // node 1's refusal counted first,
+	w.ref.Post(grantFrom(w.st, 1)) // then its grant, too late to count;
+	taken(2)                       // the round is lost
 	releases, acquires := 0, 0
 	for range 2 * len(f.pids) { // the cleanup, and a round at once
 		switch f.next(t).cmd.(type) {

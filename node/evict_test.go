@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 func TestEvicts(t *testing.T) {
@@ -45,22 +47,20 @@ func TestEvictingNodeRefusesAcquires(t *testing.T) {
 				}
 				return n
 			}
-			for start := infos(); infos() < start+2*4+3; {
-				time.Sleep(5 * time.Millisecond)
-			}
+			start := infos()
+			testwait.Eventually(t, 10*time.Second, "two whole probes after the change", func() bool { return infos() >= start+2*4+3 })
 			if v := h.ask(&Acquire{Request: h.req("other", "me", 2), TTL: ttl}); v.Outcome != Granted {
 				t.Fatalf("UnsafeEviction: acquire on an evicting node: %+v", v)
 			}
 			continue
 		}
 		var v *Vote
-		for round, start := uint64(2), time.Now(); ; round++ {
+		round := uint64(1)
+		testwait.Eventually(t, 5*time.Second, "an acquire not granted by the evicting node", func() bool {
+			round++
 			v = h.ask(&Acquire{Request: h.req("other", "me", round), TTL: ttl})
-			if v.Outcome != Granted || time.Since(start) > 5*time.Second {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return v.Outcome != Granted
+		})
 		if v.Outcome != Failed || !errors.Is(v.Err, ErrEvicting) || !h.node.Stats().Evicting {
 			t.Fatalf("acquire on an evicting node: %+v (stats %+v), want Failed with ErrEvicting", v, h.node.Stats())
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redlease/redlease/actors"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // harness runs one node actor over a real redis-server and collects its
@@ -277,12 +278,12 @@ func TestStopAnswersEveryCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("q", "me", 0), TTL: time.Minute})
-	waitFor(t, func() bool { return h.node.Stats().OnWire == 1 })
+	testwait.Eventually(t, 10*time.Second, "the first command on the wire", func() bool { return h.node.Stats().OnWire == 1 })
 	for i := range 2 {
 		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("q", "me", uint64(i+1)), TTL: time.Minute})
 	}
 	// The first on the wire, two in the mailbox.
-	waitFor(t, func() bool { return h.node.Stats().Queued == 2 })
+	testwait.Eventually(t, 10*time.Second, "two commands in the mailbox", func() bool { return h.node.Stats().Queued == 2 })
 	h.node.Stop()
 	got := map[Outcome]int{}
 	for range 3 {
@@ -322,16 +323,18 @@ func (h *harness) outcomes(n int) map[uint64]Outcome {
 func (h *harness) askUntil(key string, want Outcome, limit time.Duration) time.Duration {
 	h.t.Helper()
 	start := time.Now()
-	for round := uint64(1000); ; round++ {
-		v := h.ask(&Acquire{Request: h.req(key, "me", round), TTL: time.Minute})
-		if v.Outcome == want {
-			return time.Since(start)
+	round, v := uint64(999), (*Vote)(nil)
+	defer func() {
+		if h.t.Failed() {
+			h.t.Logf("last vote %+v", v)
 		}
-		if time.Since(start) > limit {
-			h.t.Fatalf("no %v within %v; last vote %+v", want, limit, v)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}()
+	testwait.Eventually(h.t, limit, fmt.Sprintf("an acquire of %q answered %v", key, want), func() bool {
+		round++
+		v = h.ask(&Acquire{Request: h.req(key, "me", round), TTL: time.Minute})
+		return v.Outcome == want
+	})
+	return time.Since(start)
 }
 
 // A node that stopped answering is marked down and then fails commands at
@@ -394,13 +397,17 @@ func TestRestartQuarantine(t *testing.T) {
 // sees the new process, never by its uptime.
 func TestQuarantineCountsFromTheLatestPossibleStart(t *testing.T) {
 	const q = 400 * time.Millisecond
+	// The restart at .9 of a wall-clock second (INFO's seconds follow
+	// it), the uptime read at .15 of the next: long enough that INFO
+	// counts the turn, and within the quarantine.
+	const atTheEnd, afterTheSecond = 900 * time.Millisecond, 250 * time.Millisecond
 	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: q, HealthInterval: time.Hour, First: trusted})
 	ctx := t.Context()
 	for try := 1; ; try++ {
 		// Start the process at .9 of a wall-clock second and look at its
 		// uptime just after the next second began.
 		now := time.Now()
-		at := now.Truncate(time.Second).Add(900 * time.Millisecond)
+		at := now.Truncate(time.Second).Add(atTheEnd)
 		if !at.After(now) {
 			at = at.Add(time.Second)
 		}
@@ -409,7 +416,7 @@ func TestQuarantineCountsFromTheLatestPossibleStart(t *testing.T) {
 		if err := h.server.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Until(at.Add(250 * time.Millisecond)))
+		time.Sleep(time.Until(at.Add(afterTheSecond)))
 		up, err := h.server.ServerInfo(ctx, "uptime_in_seconds")
 		if err != nil {
 			t.Fatal(err)
@@ -515,10 +522,10 @@ func TestNoScriptKeepsIssueOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.system.Root.Send(h.node.PID, &Extend{Request: h.req("o", "me", 2), TTL: time.Minute})
-	waitFor(t, func() bool { return h.node.Stats().OnWire == 1 }) // the extend, stalled on the wire
+	testwait.Eventually(t, 10*time.Second, "the extend, stalled on the wire", func() bool { return h.node.Stats().OnWire == 1 })
 	h.system.Root.Send(h.node.PID, &Release{Request: h.req("o", "me", 3), TTL: time.Minute})
 	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("o", "me", 4), TTL: time.Minute})
-	waitFor(t, func() bool { return h.node.Stats().Queued == 2 }) // both, behind it
+	testwait.Eventually(t, 10*time.Second, "the release and the acquire queued behind it", func() bool { return h.node.Stats().Queued == 2 })
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -548,11 +555,14 @@ func TestSecondBatchLeavesKeysOnTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.system.Root.Send(h.node.PID, &Release{Request: h.req("a", "me", 2), TTL: time.Minute})
-	waitFor(t, func() bool { return h.node.Stats().OnWire == 1 })
+	testwait.Eventually(t, 10*time.Second, "the release on the wire", func() bool { return h.node.Stats().OnWire == 1 })
 	// Waiters' acquires (queued by when they began to wait): urgent.
 	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("a", "you", 3), TTL: time.Minute, Since: "1"})
 	h.system.Root.Send(h.node.PID, &Acquire{Request: h.req("b", "you", 4), TTL: time.Minute, Since: "1"})
-	waitFor(t, func() bool { s := h.node.Stats(); return s.OnWire == 2 && s.Queued == 1 })
+	testwait.Eventually(t, 10*time.Second, "two commands on the wire and one queued", func() bool {
+		s := h.node.Stats()
+		return s.OnWire == 2 && s.Queued == 1
+	})
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +645,7 @@ func TestBatchRepliesInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.system.Root.Send(h.node.PID, &Extend{Request: h.req("none", "me", 1), TTL: time.Minute})
-	waitFor(t, func() bool { return h.node.Stats().OnWire == 1 })
+	testwait.Eventually(t, 10*time.Second, "the extend on the wire", func() bool { return h.node.Stats().OnWire == 1 })
 	const n = 2*maxScriptOps + 10
 	want := map[uint64]Outcome{1: Taken} // by round: the extend finds no key
 	for i := range n {
@@ -650,7 +660,7 @@ func TestBatchRepliesInOrder(t *testing.T) {
 		want[round] = o
 		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req(key, "me", round), TTL: time.Minute})
 	}
-	waitFor(t, func() bool { return h.node.Stats().Queued == n })
+	testwait.Eventually(t, 10*time.Second, "every acquire queued", func() bool { return h.node.Stats().Queued == n })
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
@@ -723,24 +733,14 @@ func TestUnansweredReleaseIsSentAgain(t *testing.T) {
 	if v := h.ask(&Release{Request: h.req("u", "me", 2), TTL: time.Minute}); v.Outcome == Granted || v.Outcome == Taken {
 		t.Fatalf("a paused node answered: %+v", v)
 	}
-	waitFor(t, func() bool { return h.node.Stats().Down }) // marked down while the release waits
+	testwait.Eventually(t, 10*time.Second, "the node marked down while the release waits", func() bool { return h.node.Stats().Down })
 	if err := h.server.Resume(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool {
+	testwait.Eventually(t, 10*time.Second, "the release sent again: the key gone", func() bool {
 		_, ok, err := h.server.Get(t.Context(), "u")
 		return err == nil && !ok
 	})
-}
-
-// waitFor polls cond for up to 10 seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-	}
 }
 
 // Every way the package doc lists of losing a dataset in place changes
@@ -846,16 +846,14 @@ func TestBatchChecksTheLiveReplID(t *testing.T) {
 func TestUnmarkedNodeIsQuarantinedAtFirstSight(t *testing.T) {
 	const q = 500 * time.Millisecond
 	c := redisproc.Start(t, 1)
-	for { // up for longer than q, by its own account
+	testwait.Eventually(t, 10*time.Second, "the node up for longer than q, by its own account", func() bool {
 		up, err := c.Nodes[0].ServerInfo(t.Context(), "uptime_in_seconds")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s, _ := strconv.Atoi(up); s >= 3 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		s, _ := strconv.Atoi(up)
+		return s >= 3
+	})
 	cfg := Config{Addr: c.Addrs()[0], EpochKey: epochKey, Timeout: time.Second, Quarantine: q, HealthInterval: time.Hour,
 		Conn: NewConn(rueidis.ClientOption{InitAddress: c.Addrs()})}
 	met := time.Now()

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // scene is a node actor over a real node and a watcher on it, for tests
@@ -218,14 +220,9 @@ func TestNoGrantsWhileEvicting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		if v := s.h.ask(&Acquire{Request: s.req("probe"), TTL: ttl}); v.Outcome == Failed {
-			break // the node actor knows it may evict
-		}
-		if time.Since(start) > 5*time.Second {
-			t.Fatal("acquires still go to a node that may evict")
-		}
-	}
+	testwait.Eventually(t, 5*time.Second, "the node actor knows it may evict: an acquire fails", func() bool {
+		return s.h.ask(&Acquire{Request: s.req("probe"), TTL: ttl}).Outcome == Failed
+	})
 	s.do(&Release{Request: s.req("holder"), TTL: ttl, Announce: true, Leave: true}, Granted)
 	s.expect(Digest("holder") + " " + Digest("w") + " ")
 }
@@ -275,16 +272,11 @@ func TestNoGrantsWhileQuarantined(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+	testwait.Eventually(t, 5*time.Second, "the node actor knows it may have lost lock keys: an acquire is quarantined", func() bool {
 		s.round++ // on a key of its own: a grant must not take k
 		v := s.h.ask(&Acquire{Request: s.h.req("probe", "probe", s.round), TTL: time.Millisecond})
-		if errors.Is(v.Err, ErrQuarantined) {
-			break // the node actor knows it may have lost lock keys
-		}
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("acquires still go to a node that evicted keys: %v %v", v.Outcome, v.Err)
-		}
-	}
+		return errors.Is(v.Err, ErrQuarantined)
+	})
 	s.do(&Release{Request: s.req("y"), TTL: ttl, Announce: true, Leave: true}, Taken)
 	s.expect(" " + Digest("w") + " ")
 	if got, err := srv.Do(ctx, "GET", "k"); err != nil || got != nil {

@@ -2,6 +2,7 @@ package safety
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // Schedules of issue 27: a node whose dataset lost lock keys without a
@@ -26,16 +28,14 @@ func waitRunLonger(t *testing.T, d time.Duration, nodes ...*redisproc.Node) {
 	t.Helper()
 	want := int(d/time.Second) + 3
 	for _, n := range nodes {
-		for {
+		testwait.Eventually(t, d+10*time.Second, fmt.Sprintf("setup: %s up for %ds", n.Addr(), want), func() bool {
 			up, err := n.ServerInfo(t.Context(), "uptime_in_seconds")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s, _ := strconv.Atoi(up); s >= want {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			s, _ := strconv.Atoi(up)
+			return s >= want
+		})
 	}
 }
 
@@ -132,15 +132,14 @@ func TestScheduleFlushAfterARestartQuarantine(t *testing.T) {
 		t.Fatal(err)
 	}
 	var until time.Time
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if until = e.Stats().Nodes[2].QuarantinedUntil; until.After(time.Now()) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("setup: E did not quarantine the restarted node 3 within 5s")
-		}
-	}
-	time.Sleep(time.Until(until.Add(-150 * time.Millisecond)))
+	testwait.Eventually(t, 5*time.Second, "setup: E quarantines the restarted node 3", func() bool {
+		until = e.Stats().Nodes[2].QuarantinedUntil
+		return until.After(time.Now())
+	})
+	// E takes R this long before node 3's quarantine ends, on nodes 1
+	// and 2: node 3 still refuses.
+	const beforeTheEnd = 150 * time.Millisecond
+	time.Sleep(time.Until(until.Add(-beforeTheEnd)))
 	l, err := e.TryAcquire(ctx, resource)
 	if err != nil {
 		t.Fatalf("setup: E: %v", err)

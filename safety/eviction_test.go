@@ -4,11 +4,11 @@ import (
 	"context"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // The eviction fault injects under load (issue 27, item 10): memory the
@@ -34,28 +34,24 @@ func TestEvictionFaultUnderLoad(t *testing.T) {
 	if err := n.Set(ctx, "big", strings.Repeat("y", 1<<20), 0); err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for ctx.Err() == nil {
-			if limit, _ := n.Info(ctx, "memory", "maxmemory"); limit != "0" {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
-		conn, err := net.Dial("tcp", n.Addr())
-		if err != nil {
-			t.Errorf("setup: %v", err)
-			return
-		}
-		defer conn.Close()
-		if _, err := conn.Write([]byte(strings.Repeat("GET big\r\n", 40))); err != nil {
-			t.Errorf("setup: %v", err)
-		}
-		<-ctx.Done()
+	errc := make(chan error, 1)
+	go func() { errc <- r.evict(ctx, n, 10*time.Millisecond) }()
+	// The fault sets a limit far above the node's use first, and waits two
+	// probes (200ms) before it fills: long beside a poll.
+	testwait.Eventually(t, 10*time.Second, "setup: the fault's memory limit set", func() bool {
+		limit, _ := n.Info(ctx, "memory", "maxmemory")
+		return limit != "0"
 	})
-	err = r.evict(ctx, n, 10*time.Millisecond)
+	conn, err := net.Dial("tcp", n.Addr())
+	if err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	defer conn.Close() // after the fault: the replies wait until then
+	if _, err := conn.Write([]byte(strings.Repeat("GET big\r\n", 40))); err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	err = <-errc
 	cancel()
-	wg.Wait()
 	if err != nil {
 		t.Fatalf("eviction fault not injected: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // Issue 27, 6: "A grant on a node that sits out a quarantine." L holds R
@@ -30,17 +31,11 @@ func TestScheduleGrantOnAQuarantinedNode(t *testing.T) {
 	el, ew, ey := newEngine(t, cfg), newEngine(t, cfg), newEngine(t, cfg)
 	h := newHolders(t, c, resource)
 	noPolling := engine.WithRetry(func() backoff.BackOff { return backoff.NewConstantBackOff(time.Minute) })
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("setup: no %s after 10s; nodes: %s", what, h.owners())
-			}
+	defer func() {
+		if t.Failed() {
+			t.Logf("nodes: %s", h.owners())
 		}
-	}
-	waiting := func(e *engine.Engine) func() bool {
-		return func() bool { s := e.Stats(); return s.Waiters[resource] == 1 && s.Wakeups.Recheck >= 1 }
-	}
+	}()
 
 	// L on nodes 1 and 3.
 	if err := c.Nodes[1].Set(ctx, lockKey(resource), "foreign", 0); err != nil {
@@ -58,7 +53,11 @@ func TestScheduleGrantOnAQuarantinedNode(t *testing.T) {
 	h.mustOwn(1, "")
 	h.mustOwn(2, l.Value())
 
-	// W, then Y, wait.
+	// W, then Y, wait: W queued on every node before Y comes.
+	wEvents, stopWEvents := ew.Subscribe(64)
+	defer stopWEvents()
+	yEvents, stopYEvents := ey.Subscribe(64)
+	defer stopYEvents()
 	wctx, stopW := context.WithCancel(ctx)
 	wDone := make(chan struct{})
 	go func() {
@@ -67,8 +66,7 @@ func TestScheduleGrantOnAQuarantinedNode(t *testing.T) {
 			h.held("W", lw)
 		}
 	}()
-	waitFor("W waiting", waiting(ew))
-	time.Sleep(20 * time.Millisecond) // W's place in the queues before Y's
+	waitQuietly(t, "W", wEvents)
 	yctx, giveUp := context.WithCancel(ctx)
 	yDone := make(chan struct{})
 	go func() {
@@ -77,7 +75,7 @@ func TestScheduleGrantOnAQuarantinedNode(t *testing.T) {
 			t.Errorf("setup: Y acquired: %s", ly.Value())
 		}
 	}()
-	waitFor("Y waiting", waiting(ey))
+	waitQuietly(t, "Y", yEvents)
 
 	// Node 3 evicts keys (another tenant's cache entries, whose TTLs are
 	// the shortest), and with them L's key, then stops evicting.
@@ -108,7 +106,7 @@ func TestScheduleGrantOnAQuarantinedNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	config("maxmemory-policy", "noeviction", "maxmemory", "0")
-	waitFor("node 3 quarantined by Y's and W's engines", func() bool {
+	testwait.Eventually(t, 10*time.Second, "setup: node 3 quarantined by Y's and W's engines", func() bool {
 		return ey.Stats().Nodes[2].QuarantinedUntil.After(time.Now()) && ew.Stats().Nodes[2].QuarantinedUntil.After(time.Now())
 	})
 	if fresh, err := newEngine(t, cfg).TryAcquire(ctx, resource); err == nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // Deterministic replays of schedules that once gave two holders at once
@@ -181,6 +182,31 @@ func (h *holders) takeOnTwo(name string, e *engine.Engine) *engine.Lease {
 		h.t.Fatal(err)
 	}
 	return l
+}
+
+// waitQuietly waits until the caller called who waits for a resource
+// does so quietly, queued on every node that answered and with no round
+// of its own in flight: refused, then refused again by the round that
+// looks once its engine's watchers listen. events: its engine's,
+// subscribed before the call; the engine's line for the resource must
+// not have been watched before.
+func waitQuietly(t *testing.T, who string, events <-chan engine.Event) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	rechecked := false
+	for {
+		select {
+		case ev := <-events:
+			switch {
+			case ev.Kind == engine.Woken && ev.Wake == engine.WakeRecheck:
+				rechecked = true
+			case rechecked && ev.Kind == engine.Waiting && !ev.Until.IsZero(): // refused by the holder
+				return
+			}
+		case <-timeout:
+			t.Fatalf("setup: %s not waiting quietly after 10s", who)
+		}
+	}
 }
 
 // waitQuarantines waits until no node of any engine is quarantined.
@@ -422,13 +448,17 @@ func TestScheduleRestartJustBeforeASecond(t *testing.T) {
 		for try := 1; ; try++ {
 			resource := fmt.Sprintf("restart-before-a-second-%d", try)
 			h := newHolders(t, c, resource)
+			// E1 takes R and node 1 restarts from .8 of a wall-clock
+			// second (INFO's seconds follow it); its uptime is read at .12
+			// of the next.
+			const before, after = 200 * time.Millisecond, 120 * time.Millisecond
 			second := time.Now().Truncate(time.Second).Add(time.Second)
-			time.Sleep(time.Until(second.Add(-200 * time.Millisecond)))
+			time.Sleep(time.Until(second.Add(-before)))
 			l1 := h.takeOnTwo("E1", e1)
 			if err := c.Nodes[0].Restart(); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Until(second.Add(120 * time.Millisecond)))
+			time.Sleep(time.Until(second.Add(after)))
 			up, err := c.Nodes[0].ServerInfo(ctx, "uptime_in_seconds")
 			if err != nil {
 				t.Fatal(err)
@@ -556,12 +586,11 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 			if _, err := replica.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
 				t.Fatal(err)
 			}
-			for { // the primary's first replica draws it a new replication id: mark after
-				if link, _ := replica.Info(ctx, "replication", "master_link_status"); link == "up" {
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			// The primary's first replica draws it a new replication id: mark after.
+			testwait.Eventually(t, 10*time.Second, "setup: the replica's link up", func() bool {
+				link, _ := replica.Info(ctx, "replication", "master_link_status")
+				return link == "up"
+			})
 			if err := engine.MarkNew(ctx, cfg); err != nil {
 				t.Fatal(err)
 			}
@@ -571,7 +600,7 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 			}
 			// The replica has the marker, and has run for longer than the
 			// quarantine (MaxTTL, the TTL), as replicas do.
-			for {
+			testwait.Eventually(t, 10*time.Second, "setup: the replica with the marker, up for 3s", func() bool {
 				marker, _, err := replica.Get(ctx, engine.DefaultKeyPrefix+"lineage")
 				if err != nil {
 					t.Fatal(err)
@@ -580,11 +609,9 @@ func TestScheduleFailoverToALaggingReplica(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if s, _ := strconv.Atoi(up); marker == primaryMarker && s >= 3 {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				s, _ := strconv.Atoi(up)
+				return marker == primaryMarker && s >= 3
+			})
 			if _, err := replica.Do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {
 				t.Fatal(err)
 			}
@@ -644,9 +671,10 @@ func waitProbes(t *testing.T, n *redisproc.Node, k int) {
 		}
 		return calls
 	}
-	for start := infos(); infos() < start+k*sections+sections-1; {
-		time.Sleep(5 * time.Millisecond)
-	}
+	start := infos()
+	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("setup: %d whole probes of %s", k, n.Addr()), func() bool {
+		return infos() >= start+k*sections+sections-1
+	})
 }
 
 // A release grants the key to the waiter it names next, and tells it so
@@ -668,17 +696,6 @@ func TestScheduleLateGrantAnnouncement(t *testing.T) {
 	a, b, late := newEngine(t, cfg), newEngine(t, slow), newEngine(t, cfg)
 	h := newHolders(t, c, "late")
 	var mu sync.Mutex // h.leases, from the acquiring goroutines
-	waitFor := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s after 5s", what)
-			}
-		}
-	}
-	waiting := func(e *engine.Engine) func() bool {
-		return func() bool { s := e.Stats(); return s.Waiters["late"] == 1 && s.Wakeups.Recheck >= 1 }
-	}
 	noPolling := engine.WithRetry(func() backoff.BackOff { return backoff.NewConstantBackOff(time.Minute) })
 	acquire := func(name string, e *engine.Engine) <-chan struct{} {
 		done := make(chan struct{})
@@ -702,12 +719,14 @@ func TestScheduleLateGrantAnnouncement(t *testing.T) {
 		t.Fatal(err)
 	}
 	ha := h.rec.Held("late", "a", la.Value(), time.Now(), la.Until(), 0)
+	bEvents, stopB := b.Subscribe(64)
+	defer stopB()
+	lateEvents, stopLate := late.Subscribe(64)
+	defer stopLate()
 	bDone := acquire("b", b)
-	waitFor("b waiting", waiting(b))
-	time.Sleep(20 * time.Millisecond) // b's place in the queue before late's
+	waitQuietly(t, "b", bEvents) // b's place in the queue before late's
 	lateDone := acquire("late", late)
-	waitFor("late waiting", waiting(late))
-	time.Sleep(50 * time.Millisecond)
+	waitQuietly(t, "late", lateEvents)
 
 	p.SetDelay(150 * time.Millisecond)
 	if err := la.Release(t.Context()); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/leakcheck"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m, "redlease/", "rueidis", "protoactor") }
@@ -50,18 +51,17 @@ func TestMetricsEndpoint(t *testing.T) {
 		{`redlease_events_dropped_total{`},
 	}
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var missing []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("no line with all of %q in /metrics:\n%s", missing, body)
+		}
+	}()
+	testwait.Eventually(t, 10*time.Second, "every instrument in /metrics", func() bool {
 		body = get(t, url)
-		missing := missingLine(body, want)
-		if missing == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics has no line with all of %q after 10s:\n%s", missing, body)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		missing = missingLine(body, want)
+		return missing == nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("run after its context ended: %v", err)

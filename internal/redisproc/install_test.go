@@ -129,6 +129,8 @@ func TestLockFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("lockFile: %v (parallel test packages install under this lock)", err)
 	}
+	// quiet: long enough for a second lockFile that did not wait to return.
+	const quiet = 50 * time.Millisecond
 	got := make(chan func(), 1)
 	go func() {
 		u, err := lockFile(path)
@@ -142,7 +144,7 @@ func TestLockFile(t *testing.T) {
 	case u := <-got:
 		u()
 		t.Fatal("a second lockFile got the lock while the first held it")
-	case <-time.After(50 * time.Millisecond):
+	case <-time.After(quiet):
 	}
 	unlock()
 	(<-got)()

@@ -66,7 +66,8 @@ func TestSetGetIndependentNodes(t *testing.T) {
 	if err := n.Set(ctx, "short", "x", 300*time.Microsecond); err != nil {
 		t.Fatalf("sub-millisecond ttl: %v", err)
 	}
-	time.Sleep(10 * time.Millisecond) // let "short" expire
+	const expired = 10 * time.Millisecond // thirty times its TTL: "short" is gone
+	time.Sleep(expired)
 	keys, err := n.Keys(ctx, "*")
 	if err != nil {
 		t.Fatal(err)
@@ -285,12 +286,15 @@ func TestConcurrentUse(t *testing.T) {
 			}
 		}()
 	}
+	// between: how long the clients' traffic meets each state, up and
+	// paused: some of their commands in flight at every fault.
+	const between = 20 * time.Millisecond
 	for range 3 {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(between)
 		if err := n.Pause(); err != nil {
 			t.Error(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(between)
 		if err := n.Resume(); err != nil {
 			t.Error(err)
 		}
