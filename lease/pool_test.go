@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/redlease/redlease/internal/testwait"
 	"github.com/redlease/redlease/node"
 )
 
@@ -175,11 +176,7 @@ func TestHeldLeaseParksAndWakes(t *testing.T) {
 // waitParked waits until r's lease has no actor.
 func waitParked(t *testing.T, r Ref) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); r.pid() != nil; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the held lease did not park")
-		}
-	}
+	testwait.Eventually(t, 5*time.Second, "the held lease parks", func() bool { return r.pid() == nil })
 }
 
 // A parked lease keeps its body alone, so the body's size is most of a
