@@ -343,7 +343,7 @@ func (ls *lines) unkeep(l *line, k *kept) {
 func (ls *lines) leave(key, value string, ttl time.Duration) {
 	r := node.Request{Key: key, Value: value}
 	for _, pid := range ls.e.pids {
-		ls.e.system.Root.Send(pid, &node.Release{Request: r, TTL: ttl, Leave: true, Announce: true})
+		ls.e.system.Root.Send(pid, &node.Leave{Request: r, TTL: ttl})
 	}
 }
 

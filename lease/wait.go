@@ -31,7 +31,7 @@ type Line interface {
 	Done(released bool)
 	// HandOff calls r.ReleaseQueueing, which sends the held lease's
 	// release, with the caller after this one in the line for it to put
-	// in the nodes' queues of waiters (node.Release.Successor): since is
+	// in the nodes' queues of waiters (node.HandOff.Successor): since is
 	// when it began to wait, value its owner value ("": nobody waits),
 	// ttl its lease's TTL, which a release that grants it the key sets.
 	// That caller cannot leave the line meanwhile, so that if it leaves,
@@ -42,7 +42,7 @@ type Line interface {
 // Releaser sends a held lease's release (see Line.HandOff).
 type Releaser interface {
 	// ungranted: value is a place kept for a caller not come yet, which
-	// the nodes name but never grant (node.Release.SuccessorUngranted).
+	// the nodes name but never grant (node.HandOff.Ungranted).
 	ReleaseQueueing(since time.Time, value string, ttl time.Duration, ungranted bool)
 }
 
