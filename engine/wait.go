@@ -414,9 +414,7 @@ func (l *line) takeKept() *kept {
 // Every node announces it: the head's actor tells the one that matters
 // (see lease.Wake).
 func (ls *lines) released(i int, channel, msg string) {
-	msg, granted := strings.CutSuffix(msg, node.GrantedSuffix)
-	holder, next, _ := strings.Cut(msg, " ")
-	next, standby, _ := strings.Cut(next, " ")
+	a := node.ParseAnnouncement(msg)
 	var run lease.Ref
 	defer func() { run.Run() }() // after ls.mu is let go
 	ls.mu.Lock()
@@ -425,9 +423,9 @@ func (ls *lines) released(i int, channel, msg string) {
 	if l == nil {
 		return
 	}
-	l.releasing, l.next, l.heard = false, next, holder
+	l.releasing, l.next, l.heard = false, a.Next, a.Holder
 	if len(l.turns) > 0 && l.turns[0].ref.Started() && !l.turns[0].held.Load() {
-		run = ls.wake(l.turns[0], lease.WakeRelease, holder, next, standby, i, granted)
+		run = ls.wake(l.turns[0], lease.WakeRelease, a.Holder, a.Next, a.Standby, i, a.Granted)
 	}
 }
 
