@@ -133,8 +133,11 @@ func LockKey(prefix, resource string) string { return prefix + "{" + resource + 
 // FenceKey is the key of lockKey's fence counter (no TTL but FenceIdle).
 func FenceKey(lockKey string) string { return lockKey + fenceSuffix }
 
-// EpochKey is the key of the epoch marker under prefix: the lineage of
-// the dataset last judged safe (Config.EpochKey).
+// EpochKey is the key of the epoch marker under prefix (Config.EpochKey):
+// the lineage of the dataset that an engine last judged safe. It cannot
+// collide with a lock key, which holds braces. (Versions that marked the
+// run id alone used <prefix>epoch: a key of its own keeps engines of both
+// versions from overwriting each other's marker in a rolling upgrade.)
 func EpochKey(prefix string) string { return prefix + epochName }
 
 // ReleasedSuffix makes a lock key's release channel (see Announcement); it

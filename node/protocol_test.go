@@ -137,3 +137,28 @@ func TestParseAnnouncement(t *testing.T) {
 		}
 	}
 }
+
+// The key names are the ones deployed nodes hold: a change would orphan
+// every lock, queue and marker there.
+func TestKeyNames(t *testing.T) {
+	var q queueKeys
+	queue, grants := q.of("p:{r}")
+	for _, tt := range []struct{ got, want string }{
+		{LockKey("p:", "r"), "p:{r}"},
+		{FenceKey("p:{r}"), "p:{r}:fence"},
+		{EpochKey("p:"), "p:lineage"},
+		{queue, "p:{r}:queue"},
+		{grants, "p:{r}:queue:grants"},
+		{"p:{r}" + ReleasedSuffix, "p:{r}:released"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("key %q, want %q", tt.got, tt.want)
+		}
+	}
+	if q2, g2 := q.of("p:{s}"); q2 != "p:{s}:queue" || g2 != "p:{s}:queue:grants" {
+		t.Errorf("the next key's queue keys are %q, %q", q2, g2)
+	}
+	if q3, _ := q.of("p:{r}"); q3 != queue {
+		t.Errorf("the first key's queue is %q again, want %q", q3, queue)
+	}
+}
