@@ -317,19 +317,14 @@ func checkAddr(addr string) error {
 	return nil
 }
 
-// lockKey is resource's lock key: <KeyPrefix>{<resource>}, the braces a
-// hash tag that keeps its fence key in the same slot.
-func (c *Config) lockKey(resource string) string { return c.KeyPrefix + "{" + resource + "}" }
+// lockKey is resource's lock key (node.LockKey).
+func (c *Config) lockKey(resource string) string { return node.LockKey(c.KeyPrefix, resource) }
 
-// fenceKey is the fence counter's key beside lockKey (no TTL).
-func fenceKey(lockKey string) string { return lockKey + ":fence" }
+// fenceKey is the fence counter's key beside lockKey (node.FenceKey).
+func fenceKey(lockKey string) string { return node.FenceKey(lockKey) }
 
-// epochKey holds, on every node, the epoch marker: the lineage of the
-// dataset that an engine last judged safe (see package node). It cannot
-// collide with a lock key, which holds braces. (Versions that marked the
-// run id alone used <prefix>epoch: a key of its own keeps engines of both
-// versions from overwriting each other's marker in a rolling upgrade.)
-func (c *Config) epochKey() string { return c.KeyPrefix + "lineage" }
+// epochKey holds, on every node, the epoch marker (node.EpochKey).
+func (c *Config) epochKey() string { return node.EpochKey(c.KeyPrefix) }
 
 // engineChannel is an engine's own channel (node.Config.Channel): random,
 // so that only this engine's watchers listen on it.

@@ -321,8 +321,8 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	} else if err != nil {
 		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
 	}
-	if t.refused {
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: errHeldHere}
+	if t.refused != nil {
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: t.refused}
 	}
 	cfg.Line = t
 	if attempts > 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -138,9 +139,10 @@ type turn struct {
 	// made by a caller that must wait for that (await).
 	settled atomic.Bool
 	wake    atomic.Pointer[chan struct{}]
-	// try: a caller of TryAcquire, refused (without a round) when the
-	// line has a caller already.
-	try, refused bool
+	// try: a caller of TryAcquire, refused (without a round: errHeldHere)
+	// when the line has a caller already.
+	try     bool
+	refused error
 	// Set when the turn becomes the head: wait for the announcement of
 	// the previous lease's release before the first round; the line is
 	// watched (its heads were refused by other engines lately).
@@ -158,7 +160,7 @@ type turn struct {
 	// it said.
 	left     atomic.Bool
 	released bool
-	handOff  *node.Release // the final release HandOff sends
+	handOff  *node.HandOff // the final release HandOff sends
 	gone     bool          // the actor took it out of the line
 }
 
@@ -172,9 +174,8 @@ type (
 	handing   turn // the head's lease is released (Line.HandOff)
 	// announced: node announced a release on the resource's channel.
 	announced struct {
-		node                  int
-		holder, next, standby string
-		granted               bool
+		node int
+		node.Announcement
 	}
 	// watched: node listens on the channel now (ok), or could not; lost:
 	// node's watcher lost its connection (it says when it listens again).
@@ -184,7 +185,7 @@ type (
 	}
 	lost    struct{ node int }
 	unkeep  struct{ k *kept } // keepFor passed since k was kept
-	forget  struct{}          // lineLinger passed since the line emptied
+	forget  struct{ _ byte }  // lineLinger passed since the line emptied (not zero-sized: each is its own)
 	closing struct{ done chan struct{} }
 	// inspect runs f on the actor (tests).
 	inspect struct {
@@ -248,6 +249,11 @@ func (r *resource) Receive(msg any) {
 func (r *resource) Crashed(reason, msg any) {
 	r.ls.e.cfg.Logger.Error("redlease: resource actor panicked", "resource", r.name,
 		"panic", reason, "message", fmt.Sprintf("%T", msg))
+	if t, ok := msg.(*joining); ok && !t.settled.Load() {
+		// Its caller waits for nothing else.
+		(*turn)(t).refused = fmt.Errorf("redlease: resource actor panicked: %v", reason)
+		(*turn)(t).settle()
+	}
 }
 
 // join puts a caller in the line; it is the head at once when the line
@@ -265,7 +271,7 @@ func (r *resource) join(t *turn) {
 	if t.try && len(r.turns) > 0 {
 		// Held or being acquired here: a round could only lose, or win
 		// against a caller of this engine that came first.
-		t.refused, t.gone = true, true
+		t.refused, t.gone = errHeldHere, true
 		t.settle()
 		return
 	}
@@ -369,7 +375,7 @@ func (r *resource) setCanWake() {
 }
 
 // handOff sends the head's final release, queueing the caller after it
-// in the line (node.Release.Successor). With nobody after it, a release
+// in the line (node.HandOff.Successor). With nobody after it, a release
 // that is announced (the resource was contended lately) queues a place
 // for the engine's next caller instead (kept), since that caller is most
 // often the releasing worker, back at once. The successor's leave, should
@@ -403,9 +409,9 @@ func (r *resource) handOff(t *turn) {
 }
 
 // queue has the release c queue a successor.
-func queue(c *node.Release, since time.Time, value string, ttl time.Duration, ungranted bool) {
-	c.Successor, c.SuccessorSince = value, fmt.Sprint(since.UnixMicro())
-	c.SuccessorTTL, c.SuccessorUngranted = ttl, ungranted
+func queue(c *node.HandOff, since time.Time, value string, ttl time.Duration, ungranted bool) {
+	c.Successor, c.SuccessorSince = value, strconv.FormatInt(since.UnixMicro(), 10)
+	c.SuccessorTTL, c.Ungranted = ttl, ungranted
 }
 
 // leave takes t out of the line; the next in line becomes the head.
@@ -466,7 +472,7 @@ func (r *resource) forget() {
 // lease actor's leave, it is announced where the key is free: a release
 // may have named it next.
 func (r *resource) sendLeave(value string, ttl time.Duration) {
-	c := &node.Release{Request: node.Request{Key: r.key, Value: value}, TTL: ttl, Leave: true, Announce: true}
+	c := &node.Leave{Request: node.Request{Key: r.key, Value: value}, TTL: ttl}
 	for _, pid := range r.ls.e.pids {
 		r.ls.e.system.Root.Send(pid, c)
 	}
@@ -492,9 +498,9 @@ func (r *resource) takeKept() *kept {
 // announced: a node announced a release. Every node announces it: the
 // head's lease actor tells the one that matters (see lease.Wake).
 func (r *resource) announced(m *announced) {
-	r.releasing, r.next, r.heard = false, m.next, m.holder
+	r.releasing, r.next, r.heard = false, m.Next, m.Holder
 	if len(r.turns) > 0 && r.turns[0].running && !r.turns[0].held.Load() {
-		r.wake(r.turns[0], lease.WakeRelease, m.holder, m.next, m.standby, m.node, m.granted)
+		r.wake(r.turns[0], lease.WakeRelease, m.Holder, m.Next, m.Standby, m.node, m.Granted)
 	}
 }
 
@@ -571,7 +577,7 @@ func (t *turn) Woke(cause lease.WakeCause) {
 func (t *turn) Len() int { return int(t.r.count.Load()) }
 
 // HandOff implements lease.Line.
-func (t *turn) HandOff(c *node.Release) {
+func (t *turn) HandOff(c *node.HandOff) {
 	t.handOff = c
 	t.r.inbox.Ask((*handing)(t))
 }

@@ -90,10 +90,7 @@ func (ls *lines) post(channel string, msg any) {
 
 // released: a node announced a release on channel (hook of a watcher).
 func (ls *lines) released(i int, channel, msg string) {
-	msg, granted := strings.CutSuffix(msg, node.GrantedSuffix)
-	holder, next, _ := strings.Cut(msg, " ")
-	next, standby, _ := strings.Cut(next, " ")
-	ls.post(channel, &announced{node: i, holder: holder, next: next, standby: standby, granted: granted})
+	ls.post(channel, &announced{i, node.ParseAnnouncement(msg)})
 }
 
 // lost: node i's watcher lost its connection; it will say when it listens

@@ -763,10 +763,9 @@ func TestHeadAfterAStaleAnnouncement(t *testing.T) {
 	}
 	waitEvent(t, events, "the release", func(ev Event) bool { return ev.Kind == Released })
 	testwait.Eventually(t, 5*time.Second, "the release's announcement heard", func() bool {
-		b.lines.mu.Lock()
-		defer b.lines.mu.Unlock()
-		l := b.lines.byKey[b.cfg.lockKey("stale")]
-		return l != nil && l.heard == node.Digest(w.l.value)
+		heard := ""
+		b.lines.inspect(b.cfg.lockKey("stale"), func(r *resource) { heard = r.heard })
+		return heard == node.Digest(w.l.value)
 	})
 	start := time.Now()
 	l, err := b.Acquire(t.Context(), "stale", WithRetry(noPolling))
@@ -961,7 +960,7 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 	waiter := ls.join("back", key, "w", ttl, false)
 	ls.inspect(key, func(r *resource) { r.watch = true }) // contended across engines lately
 	before := time.Now()
-	release := &node.Release{Request: node.Request{Key: key, Value: "h"}, TTL: ttl}
+	release := &node.HandOff{Request: node.Request{Key: key, Value: "h"}, TTL: ttl}
 	holder.HandOff(release)
 	ls.inspect(key, func(*resource) {}) // handed off
 	released := time.Now()

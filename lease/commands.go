@@ -17,7 +17,7 @@ func (a *leaseActor) releaseAll() { a.send(a.finalReleaseCmd, nil) }
 // them; announce: announce the deletions. A node that refused the round
 // (another owner's key) set no key of it: a key of the lease there now is
 // a release's grant (Wake.Granted), which the release keeps
-// (node.Release.Keep), since deleting it would take it back unknown to
+// (node.Cleanup.Keep), since deleting it would take it back unknown to
 // the lease, whose announcement may still come, and to the waiters after
 // it, whom nobody would name. The nodes where the release may delete one
 // count no grant for the rest of the lease (noGrant). The lease keeps its
@@ -96,28 +96,30 @@ func (a *leaseActor) extendCmd(r node.Request) node.Command {
 }
 
 // releaseCmd is a failed round's cleanup (cleanUp). A lease that queues
-// puts itself back in the queue of waiters (as the Successor, at its own
-// since): a node that granted it, or named it next, took it out, and the
-// lease goes on waiting; without its place there, that node would name a
-// later waiter next.
+// puts itself back in the queue of waiters (at its own since): a node
+// that granted it, or named it next, took it out, and the lease goes on
+// waiting; without its place there, that node would name a later waiter
+// next.
 func (a *leaseActor) releaseCmd(r node.Request) node.Command {
 	// Keep grants where the round was refused (past the 64th node a bit
 	// is shared: there, delete unless all refused).
-	c := &node.Release{Request: r, TTL: a.cfg.TTL, Keep: ^a.noGrant}
-	if a.since != "" {
-		c.Successor, c.SuccessorSince, c.SuccessorTTL = a.cfg.Value, a.since, a.cfg.TTL
-	}
-	return c
+	return &node.Cleanup{Request: r, TTL: a.cfg.TTL, Since: a.since, Keep: ^a.noGrant}
 }
 
 func (a *leaseActor) announcedReleaseCmd(r node.Request) node.Command {
-	c := a.releaseCmd(r).(*node.Release)
+	c := a.releaseCmd(r).(*node.Cleanup)
 	c.Announce = true
 	return c
 }
 
 func (a *leaseActor) finalReleaseCmd(r node.Request) node.Command {
-	return &node.Release{Request: r, TTL: a.cfg.TTL, Announce: true, Leave: a.since != ""}
+	return &node.Release{Request: r, TTL: a.cfg.TTL, Queued: a.since != ""}
+}
+
+// handOffCmd is finalReleaseCmd for a Line to queue a successor in
+// (Line.HandOff; without one, it is a Release).
+func (a *leaseActor) handOffCmd(r node.Request) node.Command {
+	return &node.HandOff{Request: r, TTL: a.cfg.TTL, Queued: a.since != ""}
 }
 
 func (a *leaseActor) queueCmd(r node.Request) node.Command {
@@ -128,25 +130,25 @@ func (a *leaseActor) queueCmd(r node.Request) node.Command {
 // free, it announces that it leaves, since a release may have named it
 // next: the waiter after it goes instead.
 func (a *leaseActor) leaveCmd(r node.Request) node.Command {
-	return &node.Release{Request: r, TTL: a.cfg.TTL, Leave: true, Announce: true}
+	return &node.Leave{Request: r, TTL: a.cfg.TTL}
 }
 
 // leaveQueues takes a lease that won while it queued out of the queues of
 // waiters on the nodes its win does not count (they refused it, or have
 // not answered): there it would stay, and a later release would name it,
 // and grant it the key, after the lease ended, a holder that is no more
-// keeping a free node for a TTL. It only leaves (Keep, no Announce): a key
+// keeping a free node for a TTL. It only leaves (KeepGrant): a key
 // of the lease there (a grant) stays until the lease's release, as its
 // other keys do. Nobody waits for the answers.
 func (a *leaseActor) leaveQueues() {
-	var c *node.Release
+	var c *node.Leave
 	for i, v := range a.votes {
 		if v.Outcome == node.Granted {
 			continue
 		}
 		if c == nil {
-			c = &node.Release{Request: node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Sent: time.Now()},
-				TTL: a.cfg.TTL, Leave: true, Keep: ^uint64(0)}
+			c = &node.Leave{Request: node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Sent: time.Now()},
+				TTL: a.cfg.TTL, KeepGrant: true}
 		}
 		a.pool.system.Root.Send(a.cfg.Nodes[i], c)
 	}

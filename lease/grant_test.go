@@ -18,7 +18,7 @@ func (waitLine) Wait(string, time.Time) bool { return true }
 func (waitLine) Woke(WakeCause)              {}
 func (waitLine) Len() int                    { return 1 }
 func (waitLine) Done(bool)                   {}
-func (l waitLine) HandOff(c *node.Release) {
+func (l waitLine) HandOff(c *node.HandOff) {
 	for _, pid := range l.f.pids {
 		l.f.system.Root.Send(pid, c)
 	}
@@ -29,7 +29,7 @@ type waiter struct {
 	ref      Ref
 	st       *State
 	reply    chan Result
-	cleanups []*node.Release // its failed round's, by node
+	cleanups []*node.Cleanup // its failed round's, by node
 }
 
 // startWaiting starts a lease that waits on the fake nodes: its first
@@ -37,7 +37,7 @@ type waiter struct {
 // late, whose grants of the round come after the refusals decided it.
 func startWaiting(t *testing.T, f *fakeNodes, cfg Config, late ...int) waiter {
 	t.Helper()
-	w := waiter{reply: make(chan Result, 1), cleanups: make([]*node.Release, len(f.pids))}
+	w := waiter{reply: make(chan Result, 1), cleanups: make([]*node.Cleanup, len(f.pids))}
 	cfg.Key, cfg.Value, cfg.Resource, cfg.Reply = "k", "v", "r", w.reply
 	cfg.TTL, cfg.NodeTimeout, cfg.Attempts, cfg.Line = 10*time.Second, 10*time.Second, 1, waitLine{f}
 	cfg.NewBackOff = func() backoff.BackOff { return backoff.NewConstantBackOff(time.Hour) }
@@ -54,7 +54,7 @@ func startWaiting(t *testing.T, f *fakeNodes, cfg Config, late ...int) waiter {
 	}
 	for range f.pids {
 		got := f.next(t)
-		rel, ok := got.cmd.(*node.Release)
+		rel, ok := got.cmd.(*node.Cleanup)
 		if !ok {
 			t.Fatalf("node %d got %T, want the failed round's cleanup", got.node, got.cmd)
 		}
@@ -258,7 +258,7 @@ func TestLateGrantLooksAgain(t *testing.T) {
 	releases, acquires := 0, 0
 	for range 2 * len(f.pids) { // the cleanup, and a round at once
 		switch f.next(t).cmd.(type) {
-		case *node.Release:
+		case *node.Cleanup:
 			releases++
 		case *node.Acquire:
 			acquires++

@@ -84,6 +84,12 @@ func requestOf(c node.Command) node.Request {
 		return c.Request
 	case *node.Release:
 		return c.Request
+	case *node.Cleanup:
+		return c.Request
+	case *node.HandOff:
+		return c.Request
+	case *node.Leave:
+		return c.Request
 	}
 	panic("unknown command")
 }
@@ -214,7 +220,7 @@ func TestStaleVotesIgnored(t *testing.T) {
 	})
 	r1, to := round[*node.Acquire](t, f)
 	f.vote(to, 0, r1, node.Granted) // then nodes 1 and 2 stay silent: the round times out
-	round[*node.Release](t, f)      // cleanup of round 1 on all nodes
+	round[*node.Cleanup](t, f)      // cleanup of round 1 on all nodes
 	r3, _ := round[*node.Acquire](t, f)
 	if r3 <= r1 {
 		t.Fatalf("round %d after round %d", r3, r1)
@@ -251,7 +257,7 @@ func TestBackOffMadeAtFirstWait(t *testing.T) {
 	for range 2 {
 		r, to = round[*node.Acquire](t, f)
 		f.vote(to, 0, r, node.Failed)
-		round[*node.Release](t, f) // the failed round's cleanup
+		round[*node.Cleanup](t, f) // the failed round's cleanup
 	}
 	r, to = round[*node.Acquire](t, f)
 	f.vote(to, 0, r, node.Granted)
@@ -284,7 +290,7 @@ func TestImpossibleQuorumFailsAndCleansUp(t *testing.T) {
 	f.vote(to, 1, r, node.Taken)
 	f.vote(to, 2, r, node.Failed)
 	f.vote(to, 3, r, node.Timeout)
-	rr, _ := round[*node.Release](t, f) // sent before node 4 answered
+	rr, _ := round[*node.Cleanup](t, f) // sent before node 4 answered
 	select {
 	case res := <-reply:
 		t.Fatalf("answered %+v before the cleanup was acknowledged", res)
@@ -316,7 +322,7 @@ func TestQuorumTooLateFails(t *testing.T) {
 	for n := range 3 {
 		f.vote(to, n, r, node.Granted)
 	}
-	r, to = round[*node.Release](t, f)
+	r, to = round[*node.Cleanup](t, f)
 	for n := range 3 {
 		f.vote(to, n, r, node.Granted) // the cleanup's: the time stands still
 	}
@@ -422,7 +428,7 @@ func TestFenceWithoutQuorumFails(t *testing.T) {
 	f.vote(to, 0, fr, node.Granted)
 	f.vote(to, 1, fr, node.Taken)
 	f.vote(to, 2, fr, node.Timeout)
-	rr, _ := round[*node.Release](t, f)
+	rr, _ := round[*node.Cleanup](t, f)
 	for n := range 5 {
 		f.vote(to, n, rr, node.Granted)
 	}
@@ -450,7 +456,7 @@ func TestQuarantineWaitedOut(t *testing.T) {
 	back := time.Now().Add(200 * time.Millisecond)
 	f.quarantined(to, 0, r1, back)
 	f.vote(to, 1, r1, node.Taken) // node 2 still out: with node 0 a quorum
-	round[*node.Release](t, f)
+	round[*node.Cleanup](t, f)
 	r2, _ := round[*node.Acquire](t, f)
 	if now := time.Now(); now.Before(back) {
 		t.Fatalf("retried %v before the quarantine ends", back.Sub(now))
@@ -473,12 +479,12 @@ func TestQuarantineNotWaitedWhenNoHelp(t *testing.T) {
 	r1, to := round[*node.Acquire](t, f)
 	f.vote(to, 1, r1, node.Taken)
 	f.vote(to, 2, r1, node.Taken)
-	rr1, _ := round[*node.Release](t, f)
+	rr1, _ := round[*node.Cleanup](t, f)
 	f.quarantined(to, 0, r1, time.Now().Add(time.Hour)) // late, and no help
 	r2, _ := round[*node.Acquire](t, f)                 // within next's 5s: not after the hour
 	f.vote(to, 1, r2, node.Taken)
 	f.vote(to, 2, r2, node.Taken)
-	rr, _ := round[*node.Release](t, f)
+	rr, _ := round[*node.Cleanup](t, f)
 	f.vote(to, 0, r2, node.Taken)
 	for n := range 3 {
 		f.vote(to, n, rr1, node.Granted)
@@ -510,7 +516,7 @@ func TestQuarantineNotWaitedPastBudget(t *testing.T) {
 			back := time.Now().Add(time.Hour)
 			f.quarantined(to, 0, r, back)
 			f.vote(to, 1, r, node.Taken)
-			rr, _ := round[*node.Release](t, f)
+			rr, _ := round[*node.Cleanup](t, f)
 			f.vote(to, 2, r, node.Granted)
 			for n := range 3 {
 				f.vote(to, n, rr, node.Granted)
@@ -573,13 +579,13 @@ func TestCleanupKeepsThePlaceInTheQueue(t *testing.T) {
 	f.vote(to, 2, r, node.Taken)
 	for range 3 {
 		got := f.next(t)
-		rel, ok := got.cmd.(*node.Release)
+		rel, ok := got.cmd.(*node.Cleanup)
 		if !ok {
-			t.Fatalf("node %d got %T, want the cleanup *node.Release", got.node, got.cmd)
+			t.Fatalf("node %d got %T, want the cleanup *node.Cleanup", got.node, got.cmd)
 		}
-		if rel.Successor != "v" || rel.SuccessorSince != "123" {
+		if rel.Value != "v" || rel.Since != "123" {
 			t.Fatalf("node %d: cleanup queues %q since %q, want the lease itself (%q) since 123",
-				got.node, rel.Successor, rel.SuccessorSince, "v")
+				got.node, rel.Value, rel.Since, "v")
 		}
 	}
 	select {

@@ -69,7 +69,7 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 	for n := range 5 {
 		f.vote(to, n, rB, node.Taken)
 	}
-	rBr, _ := round[*node.Release](t, f)
+	rBr, _ := round[*node.Cleanup](t, f)
 	for n := range 4 {
 		f.vote(to, n, rBr, node.Taken)
 	}

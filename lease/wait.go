@@ -31,13 +31,13 @@ type Line interface {
 	Done(released bool)
 	// HandOff sends c, the held lease's final release, to every node,
 	// with the caller after this one in the line for it to put in the
-	// nodes' queues of waiters (node.Release.Successor: since is when it
+	// nodes' queues of waiters (node.HandOff.Successor: since is when it
 	// began to wait, value its owner value, ttl its lease's TTL, which a
 	// release that grants it the key sets), or a place kept for the next
 	// caller. The round of c is counted already. That caller cannot leave
 	// the line meanwhile, so that if it leaves, its leave reaches the nodes
 	// after the release that queued it.
-	HandOff(c *node.Release)
+	HandOff(c *node.HandOff)
 }
 
 // WakeJitter bounds the random delay between hearing a release and the

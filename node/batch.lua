@@ -6,26 +6,53 @@
 -- process may run DEBUG), or '' for none; ARGV[2] the channel of the
 -- engine that sends the batch (see grants below), or '' for none. Then,
 -- per command, its code in ARGV and its keys and arguments after those of
--- the command before:
---   a  acquire          KEYS lock;        ARGV value, TTL
---   w  acquire, queueing KEYS lock;       ARGV value, TTL, since
---   A  fenced acquire   KEYS lock, fence; ARGV value, TTL, since
---   e  extend           KEYS lock;        ARGV value, TTL
---   d  release          KEYS lock;        ARGV value
---   r  release, announced                 ARGV value
---   l  release, announced, leaving the queue: ARGV value
---   s  release          KEYS lock;        ARGV value, announce, leave,
---                                         then since, value, TTL of a
---                                         successor to queue (value '': none),
---                                         keep, ungranted
---   q  queue            KEYS lock;        ARGV value, since, TTL
---   f  fence            KEYS lock, fence; ARGV value, token
--- The common commands (a, d, r, l) carry no argument they do not use: each
--- costs the node its parsing. TTLs are in milliseconds; since is when a
--- caller began to wait (microseconds), or '' for a caller that does not
--- queue; announce and leave are '1' or ''. Answers one
--- reply per command, in order; a command that fails (a key of the wrong
--- type, say) answers an error and the others still run.
+-- the command before, as the protocol table in Go states them (node's
+-- scriptCmds; TestScriptAgreesWithTable checks these lines and arity
+-- below against it):
+--
+--   a  acquire -> 1 | {0, pttl, holder} | -1
+--        KEYS lock
+--        ARGV value, ttl
+--   w  acquire, queueing -> 1 | {0, pttl, holder} | -1
+--        KEYS lock, queue, grants
+--        ARGV value, ttl, since
+--   A  fenced acquire -> {1, counter} | {0, pttl, holder} | -1
+--        KEYS lock, queue, grants, fence
+--        ARGV value, ttl, since
+--   e  extend -> 1 | 0
+--        KEYS lock
+--        ARGV value, ttl
+--   d  release -> 1 | 0
+--        KEYS lock
+--        ARGV value
+--   r  release, announced -> 1 | 0
+--        KEYS lock, queue, grants
+--        ARGV value
+--   l  release, announced, leaving the queue -> 1 | 0
+--        KEYS lock, queue, grants
+--        ARGV value
+--   s  release with options -> 1 | 0
+--        KEYS lock, queue, grants
+--        ARGV value, announce, leave, successor since, successor, successor ttl, keep, ungranted
+--   q  queue -> 1
+--        KEYS lock, queue, grants
+--        ARGV value, since, ttl
+--   f  fence -> 1 | 0
+--        KEYS lock, fence
+--        ARGV value, token
+--
+-- Keys: lock, the lock key; queue, its queue of waiters (<lock>:queue);
+-- grants, the queue's grants (<lock>:queue:grants); fence, its fence
+-- counter. Every key a command touches is among its KEYS, so that a batch
+-- runs where Redis Cluster puts its keys. The commands that never touch
+-- the queue (a, e, d, f) do not carry its keys, nor do the common ones (a,
+-- d, r, l) an argument they do not use: each costs the node its parsing.
+-- TTLs are in milliseconds; since is when a caller began to wait
+-- (microseconds), or '' for a caller that does not queue; announce,
+-- leave, keep and ungranted are '1' or ''. Answers one reply per command,
+-- in order; a command that fails (a key of the wrong type, say) answers
+-- an error and the others still run. An unknown code fails the call: the
+-- commands after it could not be told apart.
 --
 -- acquire grants (1) when the lock key was free or already held by this
 -- owner, so a retry after a lost reply is idempotent; it refuses when
@@ -33,10 +60,10 @@
 -- value}, so that a waiter knows when the key expires and whether one
 -- owner holds a quorum; and it answers -1 without granting when the epoch
 -- marker, or the replication id it names, is not the one required: the
--- node lost its data (FLUSHALL, a restart, a failover) and must sit out until every lease it may have held has
--- expired. A refused caller that queues joins the resource's queue of
--- waiters (<lock key>:queue, by when it began to wait, then by SHA1, with
--- '~' last so that the queue outlives its waiters for twice the TTL:
+-- node lost its data (FLUSHALL, a restart, a failover) and must sit out
+-- until every lease it may have held has expired. A refused caller that
+-- queues joins the resource's queue of waiters (queue, by when it began
+-- to wait, then by SHA1, with '~' last so that the queue outlives its waiters for twice the TTL:
 -- releases are announced while it exists), which release names the next
 -- waiter from; a grant takes it out. The queue only says who goes first:
 -- it never refuses anyone. A fenced grant answers {1, counter}: the
@@ -47,8 +74,8 @@
 --
 -- release deletes the key (1) only if this owner holds it; otherwise it
 -- leaves it (0). Announced (r, l, s with announce), a deletion is
--- announced on <lock key>:released while the resource has a queue (it was contended lately),
--- as "<SHA1 of the value> <SHA1 of the next waiter, or nothing> <SHA1 of
+-- announced on <lock>:released (releasedSuffix) while the resource has a
+-- queue (it was contended lately), as "<SHA1 of the value> <SHA1 of the next waiter, or nothing> <SHA1 of
 -- the waiter after it, or nothing>": the value as a refused acquire names
 -- the holder, the waiters as the queue orders them, so that the next one
 -- goes at once, the one after it stands in for it should it not come, and
@@ -56,36 +83,35 @@
 -- at once, and a refusal puts it back in its place (by when it began to
 -- wait), but one that is gone (its engine died) is named once, not by
 -- every release while the resource stays contended. Leaving (l, s with
--- leave), the owner leaves the queue too; when it announces that while the key is
--- free (a release may have named it next), it names the next waiter in
+-- leave), the owner leaves the queue too; when it announces that while
+-- the key is free (a release may have named it next), it names the next waiter in
 -- its stead, with no holder: " <next> <after it>". A successor (the next
 -- caller in the owner's engine's line, or a place kept for its next
 -- caller) joins the queue first, as its refused acquire would, so that the
 -- announcement can name it; ungranted ('1': a place kept for a caller
--- not come yet), it is named but never granted the key. Keeping (s with keep: a failed round's
--- cleanup on a node that refused the round), a key that the owner holds
--- is a release's grant: it stays, and nothing else is done (0) but
--- leaving the queue with leave: keeping and leaving, the owner only
--- leaves the queue, its key untouched, silently (a lease that won
--- elsewhere). An
--- uncontended announced release costs one EXISTS more; a silent one (d)
--- none. PUBLISH goes through pcall,
--- since a server may deny it (an ACL without channels): the release
--- stands.
+-- not come yet), it is named but never granted the key. Keeping (s with
+-- keep: a failed round's cleanup on a node that refused the round), a key
+-- that the owner holds is a release's grant: it stays, and nothing else
+-- is done (0) but leaving the queue with leave: keeping and leaving, the
+-- owner only leaves the queue, its key untouched, silently (a lease that
+-- won elsewhere). An uncontended announced release costs one EXISTS more;
+-- a silent one (d) none. PUBLISH goes through pcall, since a server may
+-- deny it (an ACL without channels): the release stands.
 --
 -- Grants. A waiter that joins the queue through a batch of an engine that
 -- listens on a channel of its own (ARGV[2]; acquires with since, queue,
--- and successors) leaves its value, TTL and that channel in
--- <lock key>:grants, which nobody but this script reads: values stay
+-- and successors) leaves its value, TTL and that channel in grants,
+-- which nobody but this script reads: values stay
 -- secret, announcements carry only their SHA1s. A release that names it
 -- next, the key free, also sets the key to its value with its TTL, as
--- its own acquire would, and the announcement ends with " g": the waiter
+-- its own acquire would, and the announcement ends with " g"
+-- (grantedSuffix): the waiter
 -- holds the key without a round of its own, from a moment it knows to be
 -- earlier (when it began to wait). It does so only when the epoch marker
 -- is the one the releasing batch requires (as for an acquire), when the
 -- releasing engine grants at all here (ARGV[2]: not while the node may
--- evict lock keys or sits out a quarantine, when it refuses acquires too), and only
--- while the waiter's engine listens on its channel on this node: a waiter
+-- evict lock keys or sits out a quarantine, when it refuses acquires
+-- too), and only while the waiter's engine listens on its channel on this node: a waiter
 -- whose process died (its connections closed) is only named, and the one
 -- after it goes as before, rather than wait for the grant to expire.
 --
@@ -99,11 +125,22 @@
 -- an idle one expires, and starts again at the node's clock.
 
 -- Each call runs this body again, closures included, so it defines only
--- what a command needs more than once: run, epochHolds, join, leaves,
--- step; and runAll, so
--- that a batch costs one pcall rather than one per command.
+-- what a command needs more than once: run, epochHolds, join, leaves;
+-- and runAll, so that a batch costs one pcall rather than one per
+-- command.
 
 local epochOK = nil -- whether the marker is the one required, read once
+
+-- arity: per code, how many KEYS and ARGV (its code included) a command
+-- takes; the header's lines say which (Go: scriptCmds).
+local arity = {
+  a = {1, 3}, w = {3, 4}, A = {4, 4}, e = {1, 3}, d = {1, 2},
+  r = {3, 2}, l = {3, 2}, s = {3, 9}, q = {3, 4}, f = {2, 3},
+}
+
+-- The release channel's suffix and the end of an announcement that
+-- granted (Go: ReleasedSuffix, GrantedSuffix).
+local releasedSuffix, grantedSuffix = ':released', ' g'
 
 -- fenceIdle: a fence counter lives this long (ms) after the last fenced
 -- grant or write-back of its resource (node.FenceIdle).
@@ -143,13 +180,12 @@ end
 
 -- join puts member in queue; with value (grantable, see Grants), in the
 -- queue's grants too.
-local function join(queue, since, member, ttl, value)
+local function join(queue, grants, since, member, ttl, value)
   redis.call('ZADD', queue, 'NX', since, member, 'inf', '~')
   if redis.call('PTTL', queue) < 2 * tonumber(ttl) then
     redis.call('PEXPIRE', queue, 2 * tonumber(ttl))
   end
   if value and ARGV[2] ~= '' then
-    local grants = queue .. ':grants'
     redis.call('HSET', grants, member, ttl .. ' ' .. ARGV[2] .. ' ' .. value)
     -- Only raised, as the queue's: a shorter waiter's must not drop a
     -- longer one's entry.
@@ -159,34 +195,34 @@ local function join(queue, since, member, ttl, value)
   end
 end
 
--- leaves takes member out of queue and its grants.
-local function leaves(queue, member)
+-- leaves takes member out of queue and grants.
+local function leaves(queue, grants, member)
   redis.call('ZREM', queue, member)
-  redis.call('HDEL', queue .. ':grants', member)
+  redis.call('HDEL', grants, member)
 end
 
 -- run runs the command coded c whose keys start at KEYS[k] and whose
--- arguments at ARGV[a].
+-- arguments at ARGV[a]; the keys are in the order of its header line.
 local function run(c, k, a)
   local lock, value = KEYS[k], ARGV[a]
   if c == 'a' or c == 'w' or c == 'A' then
-    local ttl, since = ARGV[a + 1], ''
+    local ttl, since, queue, grants = ARGV[a + 1], '', nil, nil
     if c ~= 'a' then
-      since = ARGV[a + 2]
+      since, queue, grants = ARGV[a + 2], KEYS[k + 1], KEYS[k + 2]
     end
     if not epochHolds() then
       return -1
     end
     if redis.call('SET', lock, value, 'NX', 'PX', ttl) then
       if since ~= '' then
-        leaves(lock .. ':queue', redis.sha1hex(value))
+        leaves(queue, grants, redis.sha1hex(value))
       end
     else
       local holder = redis.call('GET', lock)
       if holder ~= value then
         if since ~= '' then
           -- A fenced waiter needs its round for the counter: no grant.
-          join(lock .. ':queue', since, redis.sha1hex(value), ttl, c == 'w' and value)
+          join(queue, grants, since, redis.sha1hex(value), ttl, c == 'w' and value)
         end
         return {0, redis.call('PTTL', lock), redis.sha1hex(holder)}
       end
@@ -197,11 +233,12 @@ local function run(c, k, a)
     end
     local now = redis.call('TIME')
     local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    local counter = tonumber(redis.call('GET', KEYS[k + 1]) or '0')
+    local fence = KEYS[k + 3]
+    local counter = tonumber(redis.call('GET', fence) or '0')
     if counter < floor then
       counter = floor
     end
-    redis.call('PEXPIRE', KEYS[k + 1], fenceIdle)
+    redis.call('PEXPIRE', fence, fenceIdle)
     return {1, counter}
   elseif c == 'e' then
     if redis.call('GET', lock) == value then
@@ -210,29 +247,33 @@ local function run(c, k, a)
     return 0
   elseif c == 'd' or c == 'r' or c == 'l' or c == 's' then
     local announce, leave = c == 'r' or c == 'l', c == 'l'
+    -- Only a release that announces, leaves or queues a successor looks
+    -- at the queue: a silent one (d, a failed round's cleanup) need not,
+    -- and does not carry its keys.
+    local queue, grants, queued = nil, nil, false
+    if c ~= 'd' then
+      queue, grants = KEYS[k + 1], KEYS[k + 2]
+    end
     if c == 's' then
       announce, leave = ARGV[a + 1] == '1', ARGV[a + 2] == '1'
       if ARGV[a + 6] == '1' and redis.call('GET', lock) == value then
         if leave then
-          leaves(lock .. ':queue', redis.sha1hex(value))
+          leaves(queue, grants, redis.sha1hex(value))
         end
         return 0 -- a grant, kept
       end
     end
-    -- Only a release that announces, leaves or queues a successor looks
-    -- at the queue: a silent one (d, a failed round's cleanup) need not.
-    local queue, queued = lock .. ':queue', false
     if announce or leave or c == 's' then
       queued = redis.call('EXISTS', queue) == 1
     end
     local me = nil
     if leave and queued then
       me = redis.sha1hex(value)
-      leaves(queue, me)
+      leaves(queue, grants, me)
     end
     if c == 's' and queued and ARGV[a + 4] ~= '' then
       -- An ungranted successor (a kept place) is named, never granted.
-      join(queue, ARGV[a + 3], redis.sha1hex(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 7] ~= '1' and ARGV[a + 4])
+      join(queue, grants, ARGV[a + 3], redis.sha1hex(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 7] ~= '1' and ARGV[a + 4])
     end
     local holder = redis.call('GET', lock)
     local deleted = holder == value
@@ -248,7 +289,6 @@ local function run(c, k, a)
       else
         redis.call('ZREM', queue, next)
         -- A grant (see Grants): "ttl channel value".
-        local grants = queue .. ':grants'
         local g = redis.call('HGET', grants, next)
         if g then
           redis.call('HDEL', grants, next)
@@ -256,7 +296,7 @@ local function run(c, k, a)
           local s2 = string.find(g, ' ', s1 + 1, true)
           if ARGV[2] ~= '' and epochHolds() and redis.call('PUBSUB', 'NUMSUB', string.sub(g, s1 + 1, s2 - 1))[2] > 0
               and redis.call('SET', lock, string.sub(g, s2 + 1), 'NX', 'PX', string.sub(g, 1, s1 - 1)) then
-            granted = ' g'
+            granted = grantedSuffix
           end
         end
       end
@@ -264,7 +304,7 @@ local function run(c, k, a)
         standby = ''
       end
       if deleted or next ~= '' then
-        redis.pcall('PUBLISH', lock .. ':released',
+        redis.pcall('PUBLISH', lock .. releasedSuffix,
           (deleted and (me or redis.sha1hex(value)) or '') .. ' ' .. next .. ' ' .. standby .. granted)
       end
     end
@@ -273,7 +313,7 @@ local function run(c, k, a)
     end
     return 0
   elseif c == 'q' then
-    join(lock .. ':queue', ARGV[a + 1], redis.sha1hex(value), ARGV[a + 2], value)
+    join(KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], redis.sha1hex(value), ARGV[a + 2], value)
     return 1
   elseif c == 'f' then
     if redis.call('GET', lock) ~= value then
@@ -292,32 +332,16 @@ end
 local out, m = {}, 0
 local k, a, n = 2, 3, #ARGV
 
--- step moves k and a past the command coded c: its keys and arguments.
-local function step(c)
-  if c == 'A' or c == 'f' then
-    k = k + 2
-  else
-    k = k + 1
-  end
-  if c == 'd' or c == 'r' or c == 'l' then
-    a = a + 2
-  elseif c == 'a' or c == 'e' or c == 'f' then
-    a = a + 3
-  elseif c == 's' then
-    a = a + 9
-  else
-    a = a + 4
-  end
-end
-
 -- runAll runs the commands from the current one on; an error stops it at
--- the command that raised it.
+-- the command that raised it. An unknown code stops it too, before k and
+-- a move: nothing after it can be read.
 local function runAll()
   while a <= n do
     local c = ARGV[a]
     m = m + 1
     out[m] = run(c, k, a + 1)
-    step(c)
+    local size = arity[c]
+    k, a = k + size[1], a + size[2]
   end
 end
 
@@ -329,7 +353,11 @@ while true do
   if type(r) ~= 'table' or not r.err then
     r = {err = 'ERR redlease: ' .. tostring(r)}
   end
+  local size = arity[ARGV[a]]
+  if not size then
+    return r
+  end
   out[m] = r
-  step(ARGV[a])
+  k, a = k + size[1], a + size[2]
 end
 return out

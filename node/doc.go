@@ -21,8 +21,21 @@
 //     server's cache lost the script) is sent again in full with every
 //     call after it, in order (every command is idempotent).
 //
+// The batch script's commands are written once, in Go (protocol.go): per
+// code, the KEYS and ARGV it takes and its reply. The encoder appends what
+// that table names, and a test checks batch.lua's header and the arity it
+// reads by against it. Every key a command touches is in its KEYS: the
+// lock key (LockKey: <prefix>{<resource>}, the braces a hash tag that puts
+// the keys beside it in its slot), its fence counter (FenceKey), its queue
+// of waiters (<lock key>:queue) and the queue's grants
+// (<lock key>:queue:grants); the batch's first key is the epoch marker
+// (EpochKey). The Go commands are named for what a lease does: Acquire,
+// Extend, Fence, Queue, and the releases Release, HandOff, Cleanup and
+// Leave.
+//
 // A Watcher, beside the actor and on a connection of its own, hears the
-// releases the release script announces (waiting callers wake on them).
+// releases the release script announces (Announcement; waiting callers
+// wake on them).
 //
 // A release that got no answer is sent again, first, once the node answers,
 // while its key may live and until Stop, which drops it: the key then
@@ -34,7 +47,8 @@
 //
 // It is the engine's machinery: its exported names serve the other
 // packages of this module and carry no compatibility promise. Users
-// import package engine.//
+// import package engine.
+//
 // # A node's identity is its dataset
 //
 // Lock keys are lost by a dataset, not by a process: a process can lose

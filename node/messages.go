@@ -31,8 +31,9 @@ type Request struct {
 
 func (r *Request) request() *Request { return r }
 
-// Command is sealed: *Acquire, *Fence, *Queue, *Extend and *Release. A node actor
-// only reads a command, so one message may go to every node of a round.
+// Command is sealed: *Acquire, *Fence, *Queue, *Extend, and the releases
+// *Release, *HandOff, *Cleanup and *Leave. A node actor only reads a
+// command, so one message may go to every node of a round.
 type Command interface{ request() *Request }
 
 // Acquire asks the node to set Key to Value with TTL unless another owner
@@ -79,60 +80,81 @@ type Extend struct {
 	TTL time.Duration
 }
 
-// Release asks the node to delete Key if Value holds it. A release the
-// node did not answer (its Vote says Timeout or Failed) is sent again, in
-// order, as soon as the node answers again, until TTL has passed since it
-// reached the actor (the key cannot outlive that) or the actor stops,
-// which drops it.
+// The release commands. Each deletes Key where Value holds it (but
+// Cleanup where it keeps a grant, and Leave with KeepGrant), and each that
+// the node did not answer (its Vote says Timeout or Failed) is sent again,
+// in order, as soon as the node answers again, until TTL (the longest
+// the key may live from now) has passed since it reached the actor (the
+// key cannot outlive that) or the actor stops, which drops it. A
+// release sent again is silent: it queues no successor, who may be done
+// waiting by then.
+//
+// Announced, a deletion is published on Key+ReleasedSuffix while the
+// key has a queue of waiters (it was contended lately), so that waiters
+// for the key wake at once: see Announcement.
+
+// Release is a lease's final release: announced, and, with Queued, it
+// takes the owner out of the queues of waiters too (where the key is
+// free, it names the next waiter in its stead: it may have been named
+// next).
 type Release struct {
 	Request
-	TTL time.Duration // the longest the key may live from now
-	// Announce: a deletion is announced on Key+ReleasedSuffix, so that
-	// waiters for the key wake at once; only while the key has a queue of
-	// waiters (it was contended lately). The message is three Digests,
-	// space-separated: of Value, of the next waiter in the queue (who
-	// leaves it), and of the one after it, who stands in for it; a waiter
-	// not in the queue is "". With Leave, and the key free, the release
-	// announces that the owner left (it may have been named next), with
-	// no holder: the next waiter goes instead. When the release also set
-	// the key to the next waiter's value (a grant: see Config.Channel),
-	// the message ends with " g" (GrantedSuffix).
-	Announce bool
-	Leave    bool // the owner leaves the queue of waiters too
-	// Successor, if set, is the caller next in the owner's engine's line
-	// for Key (its owner value), or a place kept for the engine's
-	// next caller, waiting since SuccessorSince (Unix
-	// microseconds): the release puts it in the queue of waiters, as its
-	// refused Acquire would, before naming the next waiter, so that it is
-	// named in its turn without a command of its own. Only while the key
-	// has a queue. A failed acquire round's cleanup names its own lease
-	// here, to take back its place where a grant or a naming took it out.
+	TTL time.Duration
+	// Queued: the owner acquired with Since, so it may be in the queue of
+	// waiters.
+	Queued bool
+}
+
+// HandOff is a Release that also queues the caller next in the owner's
+// engine's line for Key, or a place kept for the engine's next caller:
+// the release puts Successor in the queue of waiters, as its refused
+// Acquire would, before naming the next waiter, so that it is named in
+// its turn without a command of its own. Only while the key has a queue.
+// Without a Successor it is a Release.
+type HandOff struct {
+	Request
+	TTL    time.Duration
+	Queued bool // as Release's
+	// Successor is the successor's owner value, waiting since
+	// SuccessorSince (Unix microseconds).
 	Successor, SuccessorSince string
-	// SuccessorTTL is the successor's lease TTL: a release that grants it
-	// the key sets that TTL (which its validity counts on), and its place
-	// in the queue outlives it twice.
+	// SuccessorTTL is the successor's lease TTL (0: TTL): a release that
+	// grants it the key sets that TTL (which its validity counts on), and
+	// its place in the queue outlives it twice.
 	SuccessorTTL time.Duration
-	// SuccessorUngranted: the Successor is a place kept for a caller not
-	// come yet, which a release may name but never grant the key: its
-	// process may die before the caller comes, and nobody would release
-	// it then (a free resource blocked for a TTL).
-	SuccessorUngranted bool
+	// Ungranted: the Successor is a place kept for a caller not come
+	// yet, which a release may name but never grant the key: its process
+	// may die before the caller comes, and nobody would release it then
+	// (a free resource blocked for a TTL).
+	Ungranted bool
+}
+
+// Cleanup is a failed acquire round's release. It keeps the owner's place
+// in the queue of waiters: with Since, it puts Value back there (at
+// Since, with TTL), where a grant or a naming took it out, since the
+// lease goes on acquiring.
+type Cleanup struct {
+	Request
+	TTL      time.Duration
+	Since    string // Acquire's Since; "": the owner does not queue
+	Announce bool   // announce the deletions (see Release)
 	// Keep has bit i (i < 63; bit 63 for the rest) set for the nodes,
 	// by Config.Index, where the key is not deleted when Value holds it:
-	// a failed round's cleanup on a node that refused the round, where a
-	// key of Value can only be a release's grant (see batch.lua, Grants).
-	// With Leave and without Announce, the release only takes Value out
-	// of the queue of waiters there: a lease that won elsewhere.
+	// a node that refused the round, where a key of Value can only be a
+	// release's grant (see batch.lua, Grants).
 	Keep uint64
 }
 
-// ReleasedSuffix makes a lock key's release channel (Release.Announce); it
-// keeps the key's hash tag.
-const ReleasedSuffix = ":released"
-
-// GrantedSuffix ends a release announcement whose release granted the key
-// to the next waiter it names (Release.Announce).
-const GrantedSuffix = " g"
+// Leave takes Value out of Key's queue of waiters, releasing the key if
+// Value holds it, announced: where the key is free, it names the next
+// waiter in Value's stead, since a release may have named Value next.
+type Leave struct {
+	Request
+	TTL time.Duration
+	// KeepGrant: a key Value holds stays (a grant), and nothing is
+	// announced: a lease that won elsewhere only leaves the queue.
+	KeepGrant bool
+}
 
 // Digest names an owner value as a refused Acquire's Vote.Holder and a
 // release announcement do: its SHA1, in hex.

@@ -43,7 +43,7 @@ type Config struct {
 	// Channel is the engine's own channel, on which its Watchers listen:
 	// the waiters its commands queue leave their values for a release to
 	// grant them the key while the engine listens there (see batch.lua,
-	// Grants; Release.Announce). "": no grants.
+	// Grants; Announcement.Granted). "": no grants.
 	Channel string
 	// Overlap lets a second batch go on the wire while one is out, with
 	// the commands a hand-off waits for (see maxWire). For an engine of
@@ -60,7 +60,7 @@ type Meter interface {
 	RoundTrip(rtt time.Duration, commands int)
 }
 
-// Node is a running node actor. Send it *Acquire, *Fence, *Extend and *Release.
+// Node is a running node actor. Send it Commands.
 type Node struct {
 	PID    *actor.PID
 	system *actor.ActorSystem
@@ -168,10 +168,10 @@ type entry struct {
 	// since: an acquire that queues, when its caller began to wait (ms);
 	// a release with a successor, when the successor did.
 	since        string
-	successor    string        // a release's Release.Successor
-	successorTTL time.Duration // and its SuccessorTTL
-	ungranted    bool          // and its SuccessorUngranted
-	keep         bool          // a release that keeps a grant (Release.Keep)
+	successor    string        // a release's successor to queue (HandOff, Cleanup)
+	successorTTL time.Duration // and its TTL
+	ungranted    bool          // and HandOff.Ungranted
+	keep         bool          // a release that keeps a grant (Cleanup.Keep, Leave.KeepGrant)
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
 	silent bool
@@ -323,13 +323,24 @@ func (a *nodeActor) command(msg any) {
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Release:
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: true, leave: m.Queued})
+	case *HandOff:
 		successorTTL := m.SuccessorTTL
 		if successorTTL <= 0 {
 			successorTTL = m.TTL
 		}
-		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, leave: m.Leave,
-			successor: m.Successor, since: m.SuccessorSince, successorTTL: successorTTL, ungranted: m.SuccessorUngranted,
-			keep: m.Keep&(1<<min(a.cfg.Index, 63)) != 0})
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: true, leave: m.Queued,
+			successor: m.Successor, since: m.SuccessorSince, successorTTL: successorTTL, ungranted: m.Ungranted})
+	case *Cleanup:
+		e := entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, successorTTL: m.TTL,
+			keep: m.Keep&(1<<min(a.cfg.Index, 63)) != 0}
+		if m.Since != "" {
+			e.successor, e.since = m.Value, m.Since
+		}
+		a.enqueue(e)
+	case *Leave:
+		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: !m.KeepGrant, leave: true, keep: m.KeepGrant,
+			successorTTL: m.TTL})
 	}
 }
 

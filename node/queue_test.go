@@ -63,13 +63,17 @@ func (s *scene) acquire(value, since string, ttl time.Duration, want Outcome) {
 	s.do(&Acquire{Request: s.req(value), TTL: ttl, Since: since}, want)
 }
 
-// expect checks the next announcement.
-func (s *scene) expect(want string) {
+// expect checks the next announcement, as published and as
+// ParseAnnouncement reads it.
+func (s *scene) expect(want Announcement) {
 	s.t.Helper()
 	select {
 	case got := <-s.heard:
-		if got != want {
-			s.t.Fatalf("announced %q, want %q", got, want)
+		if got != want.String() {
+			s.t.Fatalf("announced %q, want %q", got, want.String())
+		}
+		if a := ParseAnnouncement(got); a != want {
+			s.t.Fatalf("%q reads as %+v, want %+v", got, a, want)
 		}
 	case <-time.After(5 * time.Second):
 		s.t.Fatalf("nothing announced, want %q", want)
@@ -95,24 +99,24 @@ func TestQueueAnnouncements(t *testing.T) {
 	acquire("b", "200", Taken)
 	acquire("c", "300", Taken)
 
-	do(&Release{Request: req("holder"), TTL: ttl, Announce: true, Leave: true}, Granted)
-	expect(d("holder") + " " + d("a") + " " + d("b"))
+	do(&Release{Request: req("holder"), TTL: ttl, Queued: true}, Granted)
+	expect(Announcement{Holder: d("holder"), Next: d("a"), Standby: d("b")})
 
 	// a, named, leaves instead of acquiring: b goes, c stands by.
-	do(&Release{Request: req("a"), TTL: ttl, Announce: true, Leave: true}, Taken)
-	expect(" " + d("b") + " " + d("c"))
+	do(&Leave{Request: req("a"), TTL: ttl}, Taken)
+	expect(Announcement{Next: d("b"), Standby: d("c")})
 
 	// A holder whose successor in its engine (since 50) came before c.
 	acquire("holder2", "", Granted)
-	do(&Release{Request: req("c"), TTL: ttl, Announce: true, Leave: true}, Taken) // the key is held: silent
+	do(&Leave{Request: req("c"), TTL: ttl}, Taken) // the key is held: silent
 	acquire("c", "300", Taken)
-	do(&Release{Request: req("holder2"), TTL: ttl, Announce: true, Leave: true, Successor: "s", SuccessorSince: "50"}, Granted)
-	expect(d("holder2") + " " + d("s") + " " + d("c"))
+	do(&HandOff{Request: req("holder2"), TTL: ttl, Queued: true, Successor: "s", SuccessorSince: "50"}, Granted)
+	expect(Announcement{Holder: d("holder2"), Next: d("s"), Standby: d("c")})
 
 	// s acquires, releases: c is named, and nobody after it.
 	acquire("s", "50", Granted)
-	do(&Release{Request: req("s"), TTL: ttl, Announce: true, Leave: true}, Granted)
-	expect(d("s") + " " + d("c") + " ")
+	do(&Release{Request: req("s"), TTL: ttl, Queued: true}, Granted)
+	expect(Announcement{Holder: d("s"), Next: d("c")})
 
 	members, err := h.server.Do(t.Context(), "ZRANGE", "k:queue", "0", "-1")
 	if err != nil {
@@ -134,7 +138,7 @@ func TestGrants(t *testing.T) {
 	h, do, req, acquire, expect, listen := s.h, s.do, s.req, s.acquire, s.expect, s.listen
 	release := func(value string, want Outcome) {
 		t.Helper()
-		do(&Release{Request: req(value), TTL: 10 * time.Second, Announce: true, Leave: true}, want)
+		do(&Release{Request: req(value), TTL: 10 * time.Second, Queued: true}, want)
 	}
 	holds := func(want string, ttl time.Duration) {
 		t.Helper()
@@ -159,7 +163,7 @@ func TestGrants(t *testing.T) {
 	acquire("holder", "", 10*time.Second, Granted)
 	acquire("w1", "100", 7*time.Second, Taken)
 	release("holder", Granted)
-	expect(d("holder") + " " + d("w1") + " ")
+	expect(Announcement{Holder: d("holder"), Next: d("w1")})
 	holds("", 0)
 
 	// Listening, w1 is granted the key with its TTL; then w2 after it.
@@ -168,21 +172,21 @@ func TestGrants(t *testing.T) {
 	acquire("w1", "100", 7*time.Second, Taken)
 	acquire("w2", "200", 5*time.Second, Taken)
 	release("holder", Granted)
-	expect(d("holder") + " " + d("w1") + " " + d("w2") + GrantedSuffix)
+	expect(Announcement{Holder: d("holder"), Next: d("w1"), Standby: d("w2"), Granted: true})
 	holds("w1", 7*time.Second)
 	acquire("w1", "100", 7*time.Second, Granted) // its round finds it its own
 	release("w1", Granted)
-	expect(d("w1") + " " + d("w2") + " " + GrantedSuffix)
+	expect(Announcement{Holder: d("w1"), Next: d("w2"), Granted: true})
 	holds("w2", 5*time.Second)
 	// A cleanup that keeps grants (w2's round was refused here, say)
 	// leaves the key to w2.
-	do(&Release{Request: req("w2"), TTL: 5 * time.Second, Successor: "w2", SuccessorSince: "200", Keep: 1}, Taken)
+	do(&Cleanup{Request: req("w2"), TTL: 5 * time.Second, Since: "200", Keep: 1}, Taken)
 	holds("w2", 5*time.Second)
 
 	// A fenced waiter is only named.
 	do(&Acquire{Request: req("w3"), TTL: 10 * time.Second, FenceKey: "k:fence", Since: "300"}, Taken)
 	release("w2", Granted)
-	expect(d("w2") + " " + d("w3") + " ")
+	expect(Announcement{Holder: d("w2"), Next: d("w3")})
 	holds("", 0)
 
 	// Nor is a waiter once the epoch marker is another process's.
@@ -192,7 +196,7 @@ func TestGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	release("holder", Granted)
-	expect(d("holder") + " " + d("w4") + " ")
+	expect(Announcement{Holder: d("holder"), Next: d("w4")})
 	holds("", 0)
 
 	// The grants leave nothing behind but the queue's end mark's
@@ -223,8 +227,8 @@ func TestNoGrantsWhileEvicting(t *testing.T) {
 	testwait.Eventually(t, 5*time.Second, "the node actor knows it may evict: an acquire fails", func() bool {
 		return s.h.ask(&Acquire{Request: s.req("probe"), TTL: ttl}).Outcome == Failed
 	})
-	s.do(&Release{Request: s.req("holder"), TTL: ttl, Announce: true, Leave: true}, Granted)
-	s.expect(Digest("holder") + " " + Digest("w") + " ")
+	s.do(&Release{Request: s.req("holder"), TTL: ttl, Queued: true}, Granted)
+	s.expect(Announcement{Holder: Digest("holder"), Next: Digest("w")})
 }
 
 // A node that sits out a quarantine grants nothing either (a grant is an
@@ -277,8 +281,8 @@ func TestNoGrantsWhileQuarantined(t *testing.T) {
 		v := s.h.ask(&Acquire{Request: s.h.req("probe", "probe", s.round), TTL: time.Millisecond})
 		return errors.Is(v.Err, ErrQuarantined)
 	})
-	s.do(&Release{Request: s.req("y"), TTL: ttl, Announce: true, Leave: true}, Taken)
-	s.expect(" " + Digest("w") + " ")
+	s.do(&Leave{Request: s.req("y"), TTL: ttl}, Taken)
+	s.expect(Announcement{Next: Digest("w")})
 	if got, err := srv.Do(ctx, "GET", "k"); err != nil || got != nil {
 		t.Fatalf("the quarantined node's lock key holds %v (%v), want none", got, err)
 	}
@@ -309,10 +313,10 @@ func TestKeptPlaceOnlyNamed(t *testing.T) {
 	ttl := 10 * time.Second
 	s.acquire("holder", "", ttl, Granted)
 	s.acquire("w", "100", ttl, Taken)
-	s.do(&Release{Request: s.req("w"), TTL: ttl, Leave: true, Announce: true}, Taken) // only for the queue to exist
-	s.do(&Release{Request: s.req("holder"), TTL: ttl, Announce: true, Leave: true,
-		Successor: "kept", SuccessorSince: "200", SuccessorUngranted: true}, Granted)
-	s.expect(Digest("holder") + " " + Digest("kept") + " ")
+	s.do(&Leave{Request: s.req("w"), TTL: ttl}, Taken) // only for the queue to exist
+	s.do(&HandOff{Request: s.req("holder"), TTL: ttl, Queued: true,
+		Successor: "kept", SuccessorSince: "200", Ungranted: true}, Granted)
+	s.expect(Announcement{Holder: Digest("holder"), Next: Digest("kept")})
 	if got, err := s.h.server.Do(t.Context(), "GET", "k"); err != nil || got != nil {
 		t.Fatalf("the key holds %v (%v) after naming a kept place, want none", got, err)
 	}

@@ -52,16 +52,11 @@ func (m *millis) format(d time.Duration) string {
 	return m.text
 }
 
-// codes are the batch script's command codes, by op; add gives the
-// commonest acquires and releases shorter ones (see batch.lua).
-var codes = [...]string{
-	opAcquire: "a", opAcquireFenced: "A", opExtend: "e", opRelease: "s", opQueue: "q", opFence: "f",
-}
-
 // scriptArgs is a batch script call in the making; the sender goroutine
 // keeps one and reuses it.
 type scriptArgs struct {
 	keys, args []string
+	queues     queueKeys
 }
 
 // build returns the batch script's call for batch (EVALSHA: a probe loads
@@ -90,51 +85,4 @@ func queues(batch []entry) bool {
 		}
 	}
 	return false
-}
-
-// add appends e's code, keys and arguments (see batch.lua).
-func (s *scriptArgs) add(e *entry, ttl *millis) {
-	code := codes[e.op]
-	switch {
-	case e.op == opAcquire && e.since != "":
-		code = "w"
-	case e.op == opRelease && (e.successor != "" || e.keep):
-	case e.op == opRelease && e.announce && e.leave:
-		code = "l"
-	case e.op == opRelease && e.announce:
-		code = "r"
-	case e.op == opRelease && !e.leave:
-		code = "d"
-	}
-	s.keys = append(s.keys, e.req.Key)
-	s.args = append(s.args, code, e.req.Value)
-	switch e.op {
-	case opAcquire:
-		s.args = append(s.args, ttl.format(e.ttl))
-		if e.since != "" {
-			s.args = append(s.args, e.since)
-		}
-	case opAcquireFenced:
-		s.keys = append(s.keys, e.fenceKey)
-		s.args = append(s.args, ttl.format(e.ttl), e.since)
-	case opExtend:
-		s.args = append(s.args, ttl.format(e.ttl))
-	case opRelease:
-		if code == "s" {
-			s.args = append(s.args, flag(e.announce), flag(e.leave), e.since, e.successor, ttl.format(e.successorTTL), flag(e.keep),
-				flag(e.ungranted))
-		}
-	case opQueue:
-		s.args = append(s.args, e.since, ttl.format(e.ttl))
-	case opFence:
-		s.keys = append(s.keys, e.fenceKey)
-		s.args = append(s.args, strconv.FormatUint(e.token, 10))
-	}
-}
-
-func flag(b bool) string {
-	if b {
-		return "1"
-	}
-	return ""
 }

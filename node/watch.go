@@ -13,7 +13,7 @@ import (
 // not block.
 type WatchHooks struct {
 	// Released: a release was announced on channel; msg is what the
-	// release published (see Release.Announce).
+	// release published (ParseAnnouncement reads it).
 	Released func(channel, msg string)
 	// Watched: a Watch took effect (ok), or could not (the node cannot be
 	// reached, or refuses SUBSCRIBE); it is retried after a reconnection.
@@ -25,7 +25,7 @@ type WatchHooks struct {
 }
 
 // Watcher listens on one node for the announcements of releases
-// (Release.Announce) on the channels it is told to watch. It has a
+// (Announcement) on the channels it is told to watch. It has a
 // connection of its own (a subscribed connection cannot carry commands),
 // made when the first channel is watched and closed when the last one is
 // unwatched, and it never delays the node actor: an announcement only

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/node"
 )
 
 // Fault kinds of the grants and fencing (issue 27, 6, 7 and 9).
@@ -55,7 +56,7 @@ func (r *run) fenceExpiry(ctx context.Context, rng *rand.Rand) error {
 		return errors.New("no resource")
 	}
 	res := 2 * rng.IntN((r.cfg.Resources+1)/2)
-	key := lockKey(fmt.Sprintf("res-%d", res)) + ":fence"
+	key := node.FenceKey(lockKey(fmt.Sprintf("res-%d", res)))
 	deleted := false
 	var errs []error
 	for _, n := range r.cluster.Nodes {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/node"
 )
 
 // Fault kinds, as Config.Kinds and Report.Faults name them.
@@ -221,7 +222,7 @@ func (j ClockJump) explains(o Overlap) bool {
 }
 
 // lockKey is the key the engines of a Run lock resource under.
-func lockKey(resource string) string { return engine.DefaultKeyPrefix + "{" + resource + "}" }
+func lockKey(resource string) string { return node.LockKey(engine.DefaultKeyPrefix, resource) }
 
 // lockKeysScript answers every lock key of a node with its owner value,
 // flat: key, value, key, value. One script, so the pairs are consistent.

@@ -1,0 +1,266 @@
+package node
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The batch script's protocol, written once. Every command batch.lua runs
+// is a row of scriptCmds: its code, the KEYS and ARGV it takes, in order,
+// and its reply. The Go encoder (scriptArgs.add) appends what the row
+// names, and TestScriptAgreesWithTable checks batch.lua's header and its
+// arity table against the rows: a command whose arity differed on the
+// two sides would shift the arguments of every command after it in a
+// batch, onto other owners' keys.
+
+// code is a command of the batch script.
+type code uint8
+
+const (
+	codeAcquire          code = iota // a
+	codeAcquireQueueing              // w: an acquire that queues when refused
+	codeAcquireFenced                // A
+	codeExtend                       // e
+	codeRelease                      // d: silent
+	codeReleaseAnnounced             // r
+	codeReleaseLeaving               // l: announced, and out of the queue
+	codeReleaseFull                  // s: every option of a release
+	codeQueue                        // q
+	codeFence                        // f
+)
+
+// key names a key a command takes in KEYS.
+type key uint8
+
+const (
+	keyLock   key = iota // the lock key (LockKey)
+	keyQueue             // its queue of waiters (queueSuffix)
+	keyGrants            // its waiters' grants (grantsSuffix)
+	keyFence             // its fence counter (FenceKey)
+)
+
+var keyNames = [...]string{keyLock: "lock", keyQueue: "queue", keyGrants: "grants", keyFence: "fence"}
+
+// arg names an argument a command takes in ARGV, after its code.
+type arg uint8
+
+const (
+	argValue          arg = iota // the owner's value
+	argTTL                       // the lease's TTL (ms)
+	argSince                     // when the caller began to wait (µs), or '': it does not queue
+	argToken                     // a fencing token
+	argAnnounce                  // '1': announce the release
+	argLeave                     // '1': the owner leaves the queue too
+	argSuccessorSince            // when the successor began to wait (µs)
+	argSuccessor                 // the successor's value, or '': none
+	argSuccessorTTL              // the successor's TTL (ms)
+	argKeep                      // '1': a key the owner holds is a grant: it stays
+	argUngranted                 // '1': the successor is named, never granted
+)
+
+var argNames = [...]string{
+	argValue: "value", argTTL: "ttl", argSince: "since", argToken: "token", argAnnounce: "announce",
+	argLeave: "leave", argSuccessorSince: "successor since", argSuccessor: "successor",
+	argSuccessorTTL: "successor ttl", argKeep: "keep", argUngranted: "ungranted",
+}
+
+// scriptCmd is a row of the protocol.
+type scriptCmd struct {
+	code  string // in ARGV, before the command's arguments
+	what  string
+	keys  []key
+	args  []arg
+	reply string
+}
+
+// Replies of the acquires: granted, refused (the holder's key's PTTL and
+// Digest), or the epoch marker is not the one required.
+const acquireReply = "1 | {0, pttl, holder} | -1"
+
+// scriptCmds is the protocol, by code. Only the commands that may touch
+// the queue of waiters carry its keys: the others are the commonest.
+var scriptCmds = [...]scriptCmd{
+	codeAcquire: {"a", "acquire", []key{keyLock}, []arg{argValue, argTTL}, acquireReply},
+	codeAcquireQueueing: {"w", "acquire, queueing", []key{keyLock, keyQueue, keyGrants},
+		[]arg{argValue, argTTL, argSince}, acquireReply},
+	codeAcquireFenced: {"A", "fenced acquire", []key{keyLock, keyQueue, keyGrants, keyFence},
+		[]arg{argValue, argTTL, argSince}, "{1, counter} | {0, pttl, holder} | -1"},
+	codeExtend:           {"e", "extend", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0"},
+	codeRelease:          {"d", "release", []key{keyLock}, []arg{argValue}, "1 | 0"},
+	codeReleaseAnnounced: {"r", "release, announced", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "1 | 0"},
+	codeReleaseLeaving: {"l", "release, announced, leaving the queue", []key{keyLock, keyQueue, keyGrants},
+		[]arg{argValue}, "1 | 0"},
+	codeReleaseFull: {"s", "release with options", []key{keyLock, keyQueue, keyGrants},
+		[]arg{argValue, argAnnounce, argLeave, argSuccessorSince, argSuccessor, argSuccessorTTL, argKeep, argUngranted},
+		"1 | 0"},
+	codeQueue: {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argSince, argTTL}, "1"},
+	codeFence: {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
+}
+
+// header is c's lines in batch.lua's header.
+func (c *scriptCmd) header() []string {
+	var keys, args []string
+	for _, k := range c.keys {
+		keys = append(keys, keyNames[k])
+	}
+	for _, a := range c.args {
+		args = append(args, argNames[a])
+	}
+	return []string{
+		fmt.Sprintf("--   %s  %s -> %s", c.code, c.what, c.reply),
+		"--        KEYS " + strings.Join(keys, ", "),
+		"--        ARGV " + strings.Join(args, ", "),
+	}
+}
+
+// Key names. A lock key's hash tag (its braces) puts the keys beside it
+// in its slot: one script call may touch them all on Redis Cluster.
+const (
+	// queueSuffix makes a lock key's queue of waiters.
+	queueSuffix = ":queue"
+	// grantsSuffix makes a queue's grants (see batch.lua, Grants).
+	grantsSuffix = ":grants"
+	fenceSuffix  = ":fence"
+	epochName    = "lineage"
+)
+
+// LockKey is resource's lock key under prefix: <prefix>{<resource>}. The
+// braces are the key's hash tag, which the keys beside it (FenceKey, the
+// queue of waiters, the release channel) keep.
+func LockKey(prefix, resource string) string { return prefix + "{" + resource + "}" }
+
+// FenceKey is the key of lockKey's fence counter (no TTL but FenceIdle).
+func FenceKey(lockKey string) string { return lockKey + fenceSuffix }
+
+// EpochKey is the key of the epoch marker under prefix (Config.EpochKey):
+// the lineage of the dataset that an engine last judged safe. It cannot
+// collide with a lock key, which holds braces. (Versions that marked the
+// run id alone used <prefix>epoch: a key of its own keeps engines of both
+// versions from overwriting each other's marker in a rolling upgrade.)
+func EpochKey(prefix string) string { return prefix + epochName }
+
+// ReleasedSuffix makes a lock key's release channel (see Announcement); it
+// keeps the key's hash tag.
+const ReleasedSuffix = ":released"
+
+// GrantedSuffix ends a release announcement whose release granted the key
+// to the next waiter it names (see Announcement).
+const GrantedSuffix = " g"
+
+// queueKeys makes the queue keys of lock keys, and remembers them: a
+// node's commands mostly go to keys it saw lately, so this saves an
+// allocation per command. A sender goroutine keeps one.
+type queueKeys struct {
+	last, lastGrants string
+	grants           map[string]string // by lock key: <lock>:queue:grants
+}
+
+// maxQueueKeys bounds queueKeys' memory; past it, it starts again.
+const maxQueueKeys = 4096
+
+// of returns lock's queue and its grants: the queue key is the start of
+// the grants key, so both cost one string.
+func (q *queueKeys) of(lock string) (queue, grants string) {
+	if lock != q.last {
+		g, ok := q.grants[lock]
+		if !ok {
+			if q.grants == nil || len(q.grants) == maxQueueKeys {
+				q.grants = make(map[string]string)
+			}
+			g = lock + queueSuffix + grantsSuffix
+			q.grants[lock] = g
+		}
+		q.last, q.lastGrants = lock, g
+	}
+	return q.lastGrants[:len(lock)+len(queueSuffix)], q.lastGrants
+}
+
+// code is e's command in the script. A release that is sent again
+// silently lost its successor (see settle), so it is chosen here, at
+// each sending.
+func (e *entry) code() code {
+	switch e.op {
+	case opAcquire:
+		if e.since != "" {
+			return codeAcquireQueueing
+		}
+		return codeAcquire
+	case opAcquireFenced:
+		return codeAcquireFenced
+	case opExtend:
+		return codeExtend
+	case opQueue:
+		return codeQueue
+	case opFence:
+		return codeFence
+	}
+	switch {
+	case e.successor != "" || e.keep:
+		return codeReleaseFull
+	case e.announce && e.leave:
+		return codeReleaseLeaving
+	case e.announce:
+		return codeReleaseAnnounced
+	case !e.leave:
+		return codeRelease
+	}
+	return codeReleaseFull // leaving silently
+}
+
+// add appends e's code, keys and arguments, as its row names them.
+func (s *scriptArgs) add(e *entry, ttl *millis) {
+	c := &scriptCmds[e.code()]
+	s.args = append(s.args, c.code)
+	for _, k := range c.keys {
+		switch k {
+		case keyLock:
+			s.keys = append(s.keys, e.req.Key)
+		case keyQueue:
+			queue, _ := s.queues.of(e.req.Key)
+			s.keys = append(s.keys, queue)
+		case keyGrants:
+			_, grants := s.queues.of(e.req.Key)
+			s.keys = append(s.keys, grants)
+		case keyFence:
+			s.keys = append(s.keys, e.fenceKey)
+		}
+	}
+	for _, a := range c.args {
+		s.args = append(s.args, e.arg(a, ttl))
+	}
+}
+
+// arg is e's argument a.
+func (e *entry) arg(a arg, ttl *millis) string {
+	switch a {
+	case argValue:
+		return e.req.Value
+	case argTTL:
+		return ttl.format(e.ttl)
+	case argSince, argSuccessorSince:
+		return e.since
+	case argToken:
+		return strconv.FormatUint(e.token, 10)
+	case argAnnounce:
+		return flag(e.announce)
+	case argLeave:
+		return flag(e.leave)
+	case argSuccessor:
+		return e.successor
+	case argSuccessorTTL:
+		return ttl.format(e.successorTTL)
+	case argKeep:
+		return flag(e.keep)
+	case argUngranted:
+		return flag(e.ungranted)
+	}
+	panic(fmt.Sprintf("redlease: no argument %d", a))
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return ""
+}

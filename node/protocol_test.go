@@ -1,0 +1,164 @@
+package node
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// batch.lua states the protocol as scriptCmds does: its header lines, and
+// the arity its dispatcher moves by. An arity that differed would shift
+// every later command's keys and arguments, so neither side may change
+// alone.
+func TestScriptAgreesWithTable(t *testing.T) {
+	var want []string
+	for i := range scriptCmds {
+		want = append(want, scriptCmds[i].header()...)
+	}
+	// The header's rows: a code line, then its KEYS and ARGV lines.
+	var got []string
+	row := regexp.MustCompile(`^--   \S  |^--        (KEYS|ARGV) `)
+	for _, line := range strings.Split(batchLua, "\n") {
+		if row.MatchString(line) {
+			got = append(got, line)
+		}
+	}
+	for i := range max(len(got), len(want)) {
+		g, w := "(none)", "(none)"
+		if i < len(got) {
+			g = got[i]
+		}
+		if i < len(want) {
+			w = want[i]
+		}
+		if g != w {
+			t.Errorf("batch.lua's header, row line %d:\n%s\nscriptCmds':\n%s", i+1, g, w)
+		}
+	}
+
+	block := regexp.MustCompile(`(?s)\nlocal arity = \{(.*?)\n\}`).FindStringSubmatch(batchLua)
+	if block == nil {
+		t.Fatal("batch.lua has no 'local arity = {...}'")
+	}
+	lua := map[string][2]int{}
+	for _, m := range regexp.MustCompile(`(\w+) = \{(\d+), (\d+)\}`).FindAllStringSubmatch(block[1], -1) {
+		k, _ := strconv.Atoi(m[2])
+		a, _ := strconv.Atoi(m[3])
+		lua[m[1]] = [2]int{k, a}
+	}
+	goSide := map[string][2]int{}
+	for _, c := range scriptCmds {
+		goSide[c.code] = [2]int{len(c.keys), 1 + len(c.args)} // its code is an ARGV too
+	}
+	if !maps.Equal(lua, goSide) {
+		t.Errorf("batch.lua's arity (KEYS, ARGV with the code) is\n%v\nscriptCmds'\n%v", lua, goSide)
+	}
+
+	m := regexp.MustCompile(`(?m)^local releasedSuffix, grantedSuffix = '([^']*)', '([^']*)'$`).FindStringSubmatch(batchLua)
+	if m == nil {
+		t.Fatal("batch.lua has no 'local releasedSuffix, grantedSuffix = ...'")
+	}
+	if m[1] != ReleasedSuffix || m[2] != GrantedSuffix {
+		t.Errorf("batch.lua's suffixes are %q, %q; Go's %q, %q", m[1], m[2], ReleasedSuffix, GrantedSuffix)
+	}
+}
+
+// Every key batch.lua touches is one of a command's KEYS (or the epoch
+// key): it names no key of its own making.
+func TestScriptMakesNoKeys(t *testing.T) {
+	for _, suffix := range []string{queueSuffix, grantsSuffix, fenceSuffix} {
+		if strings.Contains(batchLua, "'"+suffix+"'") {
+			t.Errorf("batch.lua makes a key with %q", suffix)
+		}
+	}
+}
+
+// Each named release command takes the script path it always took, and
+// sends what the protocol table names, in its order.
+func TestCommandsEncode(t *testing.T) {
+	r := Request{Key: "{r}", Value: "v"}
+	ttl := 3 * time.Second
+	for _, tt := range []struct {
+		cmd        Command
+		keys, args []string
+	}{
+		{&Release{Request: r, TTL: ttl}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"r", "v"}},
+		{&Release{Request: r, TTL: ttl, Queued: true}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"l", "v"}},
+		{&HandOff{Request: r, TTL: ttl, Queued: true}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"l", "v"}},
+		{&HandOff{Request: r, TTL: ttl, Successor: "n", SuccessorSince: "7", Ungranted: true},
+			[]string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"s", "v", "1", "", "7", "n", "3000", "", "1"}},
+		{&Cleanup{Request: r, TTL: ttl}, []string{"{r}"}, []string{"d", "v"}},
+		{&Cleanup{Request: r, TTL: ttl, Announce: true}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"r", "v"}},
+		{&Cleanup{Request: r, TTL: ttl, Keep: 1}, []string{"{r}", "{r}:queue", "{r}:queue:grants"},
+			[]string{"s", "v", "", "", "", "", "3000", "1", ""}},
+		{&Cleanup{Request: r, TTL: ttl, Since: "5", Keep: 2}, []string{"{r}", "{r}:queue", "{r}:queue:grants"},
+			[]string{"s", "v", "", "", "5", "v", "3000", "", ""}},
+		{&Leave{Request: r, TTL: ttl}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"l", "v"}},
+		{&Leave{Request: r, TTL: ttl, KeepGrant: true}, []string{"{r}", "{r}:queue", "{r}:queue:grants"},
+			[]string{"s", "v", "", "1", "", "", "3000", "1", ""}},
+		{&Acquire{Request: r, TTL: ttl}, []string{"{r}"}, []string{"a", "v", "3000"}},
+		{&Acquire{Request: r, TTL: ttl, Since: "5"}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"w", "v", "3000", "5"}},
+		{&Acquire{Request: r, TTL: ttl, FenceKey: "{r}:fence"}, []string{"{r}", "{r}:queue", "{r}:queue:grants", "{r}:fence"},
+			[]string{"A", "v", "3000", ""}},
+		{&Queue{Request: r, TTL: ttl, Since: "5"}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"q", "v", "5", "3000"}},
+		{&Fence{Request: r, FenceKey: "{r}:fence", Token: 9}, []string{"{r}", "{r}:fence"}, []string{"f", "v", "9"}},
+		{&Extend{Request: r, TTL: ttl}, []string{"{r}"}, []string{"e", "v", "3000"}},
+	} {
+		a := &nodeActor{cfg: Config{Index: 0}, stopping: true} // stopping: enqueue only queues
+		a.command(tt.cmd)
+		var s scriptArgs
+		s.add(&a.queue[0], &millis{})
+		if !slices.Equal(s.keys, tt.keys) || !slices.Equal(s.args, tt.args) {
+			t.Errorf("%T %+v sends KEYS %q ARGV %q, want %q %q", tt.cmd, tt.cmd, s.keys, s.args, tt.keys, tt.args)
+		}
+	}
+}
+
+// ParseAnnouncement reads what the script publishes (the scenes in
+// queue_test.go read real ones), and keeps a short message's fields "".
+func TestParseAnnouncement(t *testing.T) {
+	for _, tt := range []struct {
+		msg  string
+		want Announcement
+	}{
+		{"h n s", Announcement{Holder: "h", Next: "n", Standby: "s"}},
+		{"h n s g", Announcement{Holder: "h", Next: "n", Standby: "s", Granted: true}},
+		{"h n  g", Announcement{Holder: "h", Next: "n", Granted: true}},
+		{" n s", Announcement{Next: "n", Standby: "s"}},
+		{"h  ", Announcement{Holder: "h"}},
+		{"h", Announcement{Holder: "h"}},
+	} {
+		if got := ParseAnnouncement(tt.msg); got != tt.want {
+			t.Errorf("ParseAnnouncement(%q) = %+v, want %+v", tt.msg, got, tt.want)
+		}
+	}
+}
+
+// The key names are the ones deployed nodes hold: a change would orphan
+// every lock, queue and marker there.
+func TestKeyNames(t *testing.T) {
+	var q queueKeys
+	queue, grants := q.of("p:{r}")
+	for _, tt := range []struct{ got, want string }{
+		{LockKey("p:", "r"), "p:{r}"},
+		{FenceKey("p:{r}"), "p:{r}:fence"},
+		{EpochKey("p:"), "p:lineage"},
+		{queue, "p:{r}:queue"},
+		{grants, "p:{r}:queue:grants"},
+		{"p:{r}" + ReleasedSuffix, "p:{r}:released"},
+	} {
+		if tt.got != tt.want {
+			t.Errorf("key %q, want %q", tt.got, tt.want)
+		}
+	}
+	if q2, g2 := q.of("p:{s}"); q2 != "p:{s}:queue" || g2 != "p:{s}:queue:grants" {
+		t.Errorf("the next key's queue keys are %q, %q", q2, g2)
+	}
+	if q3, _ := q.of("p:{r}"); q3 != queue {
+		t.Errorf("the first key's queue is %q again, want %q", q3, queue)
+	}
+}
