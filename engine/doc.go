@@ -44,8 +44,9 @@
 //
 // # Locks
 //
-// Two mutexes remain beside the actors, each taken before the locks of
-// package lease and of the mailboxes, never the other way: Engine.mu (the
-// live leases, Close) and lines.mu (the map from resource to resource
-// actor); no code holds both.
+// Two kinds of mutex remain beside the actors, each taken before the
+// locks of package lease and of the mailboxes, never the other way:
+// Engine.mu (the live leases, Close) and the lock of each shard of the map
+// from resource to resource actor (lines.shards); no code holds two of
+// them.
 package engine

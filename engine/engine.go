@@ -315,7 +315,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	reply := make(chan lease.Result, 1)
 	cfg.Reply, cfg.WinningVotes = reply, winningVotes
 
-	t := e.lines.join(resource, key, cfg.Value, o.ttl, attempts == 1)
+	t := e.lines.join(key, cfg.Value, o.ttl, attempts == 1)
 	if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 		return nil, lease.Result{}, err
 	} else if err != nil {

@@ -31,7 +31,7 @@ import (
 // parks without one, costing a body of ~400 B and no actor, and because
 // leases acquired by TryAcquire, which has no line, need one too.
 //
-// The engine keeps only a map from resource key to actor (lines.byKey).
+// The engine keeps only a map from resource key to actor (lines.shards).
 // A resource actor is in one of three states:
 //
 //	(none) -- a caller joins (Acquire, TryAcquire) --> active
@@ -41,7 +41,7 @@ import (
 //	lingering -- lineLinger passes --> gone (its watch dropped, its kept place left)
 //
 // Gone, it is out of the map; the next caller makes another. A join on
-// its way (joining, counted under lines.mu) keeps it from going.
+// its way (joining, counted under its shard's lock) keeps it from going.
 //
 // A head refused by another owner (another engine's lease) waits for that
 // owner's release, which the release script announces on the resource's
@@ -59,10 +59,13 @@ import (
 // engine's waiters only while it can tell them so.
 type resource struct {
 	ls        *lines
-	name, key string
+	sh        *shard // of the map it is in
+	key       string // its lock key (name: the resource's name)
 	inbox     actors.Inbox
 
-	joining int // under ls.mu: joins posted and not yet handled
+	// joining: joins posted and not yet handled; raised under sh.mu, and
+	// read there before the actor leaves the map.
+	joining atomic.Int32
 
 	// Read by other goroutines: the callers in line (Line.Len, Stats),
 	// the head (Stats), and whether an announcement can reach the head:
@@ -75,12 +78,7 @@ type resource struct {
 
 	// The actor's own.
 	turns []*turn // turns[0] is the head
-	// watch: the channel was asked of every watcher; acks: answers still
-	// to come of that first ask; on: watched now, by node.
-	watch   bool
-	acks    int
-	on      []bool
-	channel string
+	w     *watch  // from the line's first wait
 	// releasing: a local lease ended by a release the nodes are
 	// announcing, and no announcement came since; next: the waiter the
 	// last one named next (another engine's, or a head of this line), who
@@ -91,6 +89,17 @@ type resource struct {
 	// that a head whose release was heard before its lease ended does not
 	// wait for it again.
 	heard string
+}
+
+// watch is a resource actor's watch on its release channel, made at its
+// line's first wait, with what only a watched line has: most resources
+// are never waited for, and their actors stay small.
+type watch struct {
+	// acks: answers still to come of the first ask of every watcher; on:
+	// watched now, by node.
+	acks    int
+	on      []bool
+	channel string
 	// idle: the line is empty, and forgotten (its watch dropped) unless a
 	// caller joins before lineLinger.
 	idle       *time.Timer
@@ -104,6 +113,13 @@ type resource struct {
 	// waits as of then, as it would have in a kept place.
 	handedOn time.Time
 }
+
+// name is the resource's name: its lock key without the prefix and the
+// braces (see node.LockKey).
+func (r *resource) name() string { return r.key[len(r.ls.e.cfg.KeyPrefix)+1 : len(r.key)-1] }
+
+// listening reports whether some node listens on the release channel.
+func (r *resource) listening() bool { return r.w != nil && slices.Contains(r.w.on, true) }
 
 // kept is a place in the nodes' queues of waiters that a release took for
 // the next caller of its engine's line before that caller came (HandOff).
@@ -194,8 +210,8 @@ type (
 	}
 )
 
-func (ls *lines) newResource(name, key string) *resource {
-	r := &resource{ls: ls, name: name, key: key}
+func (ls *lines) newResource(key string, sh *shard) *resource {
+	r := &resource{ls: ls, sh: sh, key: key}
 	r.unwatched.Store(true)
 	r.inbox.Init(ls.e.dispatch, r)
 	return r
@@ -219,21 +235,21 @@ func (r *resource) Receive(msg any) {
 	case *watched:
 		r.watched(m.node, m.ok)
 	case *lost:
-		if r.watch {
-			r.on[m.node] = false
+		if r.w != nil {
+			r.w.on[m.node] = false
 			r.setCanWake()
 		}
 	case *unkeep:
-		if r.kept == m.k {
+		if r.w != nil && r.w.kept == m.k {
 			r.unkeepNow()
 		}
 	case *forget:
-		if m == r.idleSignal {
+		if r.w != nil && m == r.w.idleSignal {
 			r.forget()
 		}
 	case *closing:
-		if r.idle != nil {
-			r.idle.Stop()
+		if r.w != nil && r.w.idle != nil {
+			r.w.idle.Stop()
 		}
 		r.unkeepNow()
 		close(m.done)
@@ -247,7 +263,7 @@ func (r *resource) Receive(msg any) {
 // logged, and the actor goes on with its next message, as it has nothing
 // to restart from.
 func (r *resource) Crashed(reason, msg any) {
-	r.ls.e.cfg.Logger.Error("redlease: resource actor panicked", "resource", r.name,
+	r.ls.e.cfg.Logger.Error("redlease: resource actor panicked", "resource", r.name(),
 		"panic", reason, "message", fmt.Sprintf("%T", msg))
 	if t, ok := msg.(*joining); ok && !t.settled.Load() {
 		// Its caller waits for nothing else.
@@ -265,9 +281,7 @@ func (r *resource) Crashed(reason, msg any) {
 // to hear of waits to hear of it too: racing ahead of them would starve
 // them.
 func (r *resource) join(t *turn) {
-	r.ls.mu.Lock()
-	r.joining--
-	r.ls.mu.Unlock()
+	r.joining.Add(-1)
 	if t.try && len(r.turns) > 0 {
 		// Held or being acquired here: a round could only lose, or win
 		// against a caller of this engine that came first.
@@ -275,23 +289,8 @@ func (r *resource) join(t *turn) {
 		t.settle()
 		return
 	}
-	if r.idle != nil {
-		r.idle.Stop()
-		r.idle, r.idleSignal = nil, nil
-	}
-	if !r.handedOn.IsZero() && !t.try {
-		if t.since.Sub(r.handedOn) < r.ls.keepFor {
-			t.since = r.handedOn
-		}
-		r.handedOn = time.Time{}
-	}
-	if r.kept != nil && r.kept.ttl == t.ttl && !t.try {
-		// The place a release kept: queued already, by when the release
-		// was sent. Only for a lease of the TTL it was kept with: a
-		// release may grant the place the key with that TTL. (A caller
-		// with another leaves it to its timer.)
-		k := r.takeKept()
-		t.value, t.since, t.queued = k.value, k.since, true
+	if r.w != nil {
+		r.rejoin(t)
 	}
 	r.turns = append(r.turns, t)
 	r.count.Store(int32(len(r.turns)))
@@ -299,12 +298,39 @@ func (r *resource) join(t *turn) {
 		r.lead(t)
 		return
 	}
-	r.ls.e.publish(Event{Kind: Waiting, Resource: r.name})
+	r.ls.e.publish(Event{Kind: Waiting, Resource: r.name()})
+}
+
+// rejoin: a caller joins a watched line, which it may have left moments
+// ago (its worker released, and acquires again).
+func (r *resource) rejoin(t *turn) {
+	w := r.w
+	if w.idle != nil {
+		w.idle.Stop()
+		w.idle, w.idleSignal = nil, nil
+	}
+	if t.try {
+		return
+	}
+	if !w.handedOn.IsZero() {
+		if t.since.Sub(w.handedOn) < r.ls.keepFor {
+			t.since = w.handedOn
+		}
+		w.handedOn = time.Time{}
+	}
+	if w.kept != nil && w.kept.ttl == t.ttl {
+		// The place a release kept: queued already, by when the release
+		// was sent. Only for a lease of the TTL it was kept with: a
+		// release may grant the place the key with that TTL. (A caller
+		// with another leaves it to its timer.)
+		k := r.takeKept()
+		t.value, t.since, t.queued = k.value, k.since, true
+	}
 }
 
 // lead makes t the head.
 func (r *resource) lead(t *turn) {
-	t.waitFirst, t.contended = r.releasing || r.next != "", r.watch
+	t.waitFirst, t.contended = r.releasing || r.next != "", r.w != nil
 	r.head.Store(t)
 	t.settle()
 }
@@ -342,18 +368,14 @@ func (r *resource) wake(t *turn, cause lease.WakeCause, holder, next, standby st
 // answered, the head looks again (WakeRecheck), since a release
 // announced before they listened would be missed.
 func (r *resource) waitOn() {
-	if r.watch {
+	if r.w != nil {
 		return
 	}
 	ls := r.ls
-	r.watch, r.acks, r.on = true, len(ls.watchers), make([]bool, len(ls.watchers))
-	r.channel = r.key + node.ReleasedSuffix
+	r.w = &watch{acks: len(ls.watchers), on: make([]bool, len(ls.watchers)), channel: r.key + node.ReleasedSuffix}
 	r.setCanWake()
 	r.unwatched.Store(false)
-	ls.mu.Lock()
-	listen := !ls.listening
-	ls.listening = true
-	ls.mu.Unlock()
+	listen := ls.listening.CompareAndSwap(false, true)
 	if testHookBeforeWatch != nil {
 		testHookBeforeWatch()
 	}
@@ -361,7 +383,7 @@ func (r *resource) waitOn() {
 		if listen {
 			w.Watch(ls.channel) // for as long as the watcher lives
 		}
-		w.Watch(r.channel)
+		w.Watch(r.w.channel)
 	}
 }
 
@@ -371,7 +393,7 @@ var testHookBeforeWatch func()
 
 // setCanWake publishes whether an announcement can reach the head.
 func (r *resource) setCanWake() {
-	r.canWake.Store(r.acks > 0 || slices.Contains(r.on, true))
+	r.canWake.Store(r.w.acks > 0 || r.listening())
 }
 
 // handOff sends the head's final release, queueing the caller after it
@@ -388,16 +410,16 @@ func (r *resource) handOff(t *turn) {
 	case len(r.turns) > 1:
 		s := r.turns[1]
 		s.queued = true
-		if r.watch {
-			r.handedOn = time.Now()
+		if r.w != nil {
+			r.w.handedOn = time.Now()
 		}
 		queue(c, s.since, s.value, s.ttl, false)
-	case r.watch && slices.Contains(r.on, true):
-		k := r.kept
+	case r.listening():
+		k := r.w.kept
 		if k == nil {
 			k = &kept{value: newValue(), since: time.Now(), ttl: t.ttl}
 			k.timer = time.AfterFunc(r.ls.keepFor, func() { r.inbox.Post(&unkeep{k}) })
-			r.kept = k
+			r.w.kept = k
 		}
 		// Named, never granted: this process may die before its caller
 		// comes, and nobody would release the key then.
@@ -430,12 +452,12 @@ func (r *resource) leave(t *turn) {
 	r.count.Store(int32(len(r.turns)))
 	if i == 0 {
 		r.head.Store(nil)
-		r.releasing = t.released && slices.Contains(r.on, true) && r.heard != node.Digest(t.value)
+		r.releasing = t.released && r.listening() && r.heard != node.Digest(t.value)
 	}
 	switch {
-	case len(r.turns) == 0 && r.watch:
+	case len(r.turns) == 0 && r.w != nil:
 		s := &forget{}
-		r.idle, r.idleSignal = time.AfterFunc(lineLinger, func() { r.inbox.Post(s) }), s
+		r.w.idle, r.w.idleSignal = time.AfterFunc(lineLinger, func() { r.inbox.Post(s) }), s
 	case len(r.turns) == 0:
 		r.stopIfIdle()
 	case i == 0:
@@ -446,25 +468,25 @@ func (r *resource) leave(t *turn) {
 // stopIfIdle takes the actor out of the engine's map, unless a caller is
 // on the way: it is gone.
 func (r *resource) stopIfIdle() bool {
-	ls := r.ls
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if r.joining > 0 || ls.byKey[r.key] != r {
+	sh := r.sh
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if r.joining.Load() > 0 || sh.byKey[r.key] != r {
 		return false
 	}
-	delete(ls.byKey, r.key)
+	delete(sh.byKey, r.key)
 	return true
 }
 
 // forget drops a line that stayed empty for lineLinger, and its watch.
 func (r *resource) forget() {
-	r.idle, r.idleSignal = nil, nil
+	r.w.idle, r.w.idleSignal = nil, nil
 	if len(r.turns) > 0 || !r.stopIfIdle() {
 		return // joined meanwhile
 	}
 	r.unkeepNow()
 	for _, w := range r.ls.watchers {
-		w.Unwatch(r.channel)
+		w.Unwatch(r.w.channel)
 	}
 }
 
@@ -487,11 +509,12 @@ func (r *resource) unkeepNow() {
 
 // takeKept takes the kept place, if any, off its timer.
 func (r *resource) takeKept() *kept {
-	k := r.kept
-	if k != nil {
-		k.timer.Stop()
-		r.kept = nil
+	if r.w == nil || r.w.kept == nil {
+		return nil
 	}
+	k := r.w.kept
+	k.timer.Stop()
+	r.w.kept = nil
 	return k
 }
 
@@ -506,14 +529,15 @@ func (r *resource) announced(m *announced) {
 
 // watched: node i listens on the channel now (ok), or could not.
 func (r *resource) watched(i int, ok bool) {
-	if !r.watch {
+	w := r.w
+	if w == nil {
 		return
 	}
-	recheck := ok && !r.on[i] && r.acks == 0 // back after a drop
-	r.on[i] = ok
-	if r.acks > 0 {
-		r.acks--
-		recheck = r.acks == 0
+	recheck := ok && !w.on[i] && w.acks == 0 // back after a drop
+	w.on[i] = ok
+	if w.acks > 0 {
+		w.acks--
+		recheck = w.acks == 0
 	}
 	r.setCanWake()
 	if len(r.turns) == 0 {
@@ -561,7 +585,7 @@ func (t *turn) run(st *lease.State, ref lease.Ref) {
 // Wait implements lease.Line: the head was refused by another owner.
 func (t *turn) Wait(holder string, until time.Time) bool {
 	r := t.r
-	r.ls.e.publish(Event{Kind: Waiting, Resource: r.name, Until: until})
+	r.ls.e.publish(Event{Kind: Waiting, Resource: r.name(), Until: until})
 	wakes := r.unwatched.Load() || r.canWake.Load()
 	r.inbox.Ask((*waitingOn)(t))
 	return wakes
@@ -570,7 +594,7 @@ func (t *turn) Wait(holder string, until time.Time) bool {
 // Woke implements lease.Line.
 func (t *turn) Woke(cause lease.WakeCause) {
 	t.r.ls.wakeups[cause].Add(1)
-	t.r.ls.e.publish(Event{Kind: Woken, Resource: t.r.name, Wake: cause})
+	t.r.ls.e.publish(Event{Kind: Woken, Resource: t.r.name(), Wake: cause})
 }
 
 // Len implements lease.Line.
@@ -594,9 +618,7 @@ func (t *turn) Done(released bool) {
 // inspect runs f on the actor of the resource with lock key key, if it
 // has one, and reports whether it did (tests).
 func (ls *lines) inspect(key string, f func(*resource)) bool {
-	ls.mu.Lock()
-	r := ls.byKey[key]
-	ls.mu.Unlock()
+	r := ls.find(key)
 	if r == nil {
 		return false
 	}

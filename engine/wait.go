@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,16 +41,29 @@ type lines struct {
 	// the next caller after a local release waits to hear of it
 	// (NodeTimeout/YieldDivisor).
 	keepFor time.Duration
-
-	mu sync.Mutex
-	// byKey maps a resource's lock key to its actor, while it has one.
-	byKey map[string]*resource
 	// listening: the watchers were asked to listen on channel.
-	listening bool
+	listening atomic.Bool
+
+	// The map from a resource's lock key to its actor, while it has one,
+	// in shards: callers of different resources take different locks.
+	seed   maphash.Seed
+	shards [lineShards]shard
+}
+
+// lineShards is how many shards the map of resource actors has: enough
+// that callers on a few cores seldom meet on one lock.
+const lineShards = 32
+
+type shard struct {
+	mu    sync.Mutex
+	byKey map[string]*resource
 }
 
 func newLines(e *Engine, channel string) *lines {
-	ls := &lines{e: e, channel: channel, byKey: make(map[string]*resource), keepFor: e.cfg.NodeTimeout / lease.YieldDivisor}
+	ls := &lines{e: e, channel: channel, keepFor: e.cfg.NodeTimeout / lease.YieldDivisor, seed: maphash.MakeSeed()}
+	for i := range ls.shards {
+		ls.shards[i].byKey = make(map[string]*resource)
+	}
 	for i, addr := range e.cfg.Nodes {
 		ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, node.WatchHooks{
 			Released: func(channel, msg string) { ls.released(i, channel, msg) },
@@ -60,18 +74,45 @@ func newLines(e *Engine, channel string) *lines {
 	return ls
 }
 
-// join puts a caller of Acquire (or TryAcquire: try) in resource's line,
-// and returns its turn; the caller awaits it, then reads its fields.
-func (ls *lines) join(resource, key, value string, ttl time.Duration, try bool) *turn {
-	t := &turn{since: time.Now(), value: value, ttl: ttl, try: try}
-	ls.mu.Lock()
-	r := ls.byKey[key]
-	if r == nil {
-		r = ls.newResource(resource, key)
-		ls.byKey[key] = r
+// shard is key's shard.
+func (ls *lines) shard(key string) *shard {
+	return &ls.shards[maphash.String(ls.seed, key)%lineShards]
+}
+
+// find is the actor of the resource with lock key key, or nil.
+func (ls *lines) find(key string) *resource {
+	sh := ls.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.byKey[key]
+}
+
+// each calls f on every resource actor, under its shard's lock.
+func (ls *lines) each(f func(*resource)) {
+	for i := range ls.shards {
+		sh := &ls.shards[i]
+		sh.mu.Lock()
+		for _, r := range sh.byKey {
+			f(r)
+		}
+		sh.mu.Unlock()
 	}
-	r.joining++
-	ls.mu.Unlock()
+}
+
+// join puts a caller of Acquire (or TryAcquire: try) in the line of the
+// resource with lock key key, and returns its turn; the caller awaits it,
+// then reads its fields.
+func (ls *lines) join(key, value string, ttl time.Duration, try bool) *turn {
+	t := &turn{since: time.Now(), value: value, ttl: ttl, try: try}
+	sh := ls.shard(key)
+	sh.mu.Lock()
+	r := sh.byKey[key]
+	if r == nil {
+		r = ls.newResource(key, sh)
+		sh.byKey[key] = r
+	}
+	r.joining.Add(1)
+	sh.mu.Unlock()
 	t.r = r
 	r.inbox.Ask((*joining)(t))
 	return t
@@ -80,10 +121,7 @@ func (ls *lines) join(resource, key, value string, ttl time.Duration, try bool) 
 // post posts msg to the actor of the resource whose release channel is
 // channel, if it has one.
 func (ls *lines) post(channel string, msg any) {
-	ls.mu.Lock()
-	r := ls.byKey[strings.TrimSuffix(channel, node.ReleasedSuffix)]
-	ls.mu.Unlock()
-	if r != nil {
+	if r := ls.find(strings.TrimSuffix(channel, node.ReleasedSuffix)); r != nil {
 		r.inbox.Post(msg)
 	}
 }
@@ -96,17 +134,12 @@ func (ls *lines) released(i int, channel, msg string) {
 // lost: node i's watcher lost its connection; it will say when it listens
 // again.
 func (ls *lines) lost(i int) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	for _, r := range ls.byKey {
-		r.inbox.Post(&lost{i})
-	}
+	ls.each(func(r *resource) { r.inbox.Post(&lost{i}) })
 }
 
 // stats fills s's waiting figures.
 func (ls *lines) stats(s *Stats) {
-	ls.mu.Lock()
-	for _, r := range ls.byKey {
+	ls.each(func(r *resource) {
 		n := int(r.count.Load())
 		if h := r.head.Load(); h != nil && h.held.Load() {
 			n--
@@ -115,10 +148,9 @@ func (ls *lines) stats(s *Stats) {
 			if s.Waiters == nil {
 				s.Waiters = make(map[string]int)
 			}
-			s.Waiters[r.name] = n
+			s.Waiters[r.name()] = n
 		}
-	}
-	ls.mu.Unlock()
+	})
 	s.Wakeups = Wakeups{
 		Release:  ls.wakeups[lease.WakeRelease].Load(),
 		Expiry:   ls.wakeups[lease.WakeExpiry].Load(),
@@ -131,14 +163,12 @@ func (ls *lines) stats(s *Stats) {
 // close has every resource actor leave its kept place and stop its
 // timers, then closes the watchers.
 func (ls *lines) close() {
-	ls.mu.Lock()
 	var done []chan struct{}
-	for _, r := range ls.byKey {
+	ls.each(func(r *resource) {
 		c := make(chan struct{})
 		r.inbox.Post(&closing{c})
 		done = append(done, c)
-	}
-	ls.mu.Unlock()
+	})
 	for _, c := range done {
 		<-c
 	}

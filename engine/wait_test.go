@@ -463,8 +463,8 @@ func keptPlace(t *testing.T, a, b *Engine) (remote <-chan acquired, value string
 		t.Fatal(err)
 	}
 	a.lines.inspect(a.cfg.lockKey("kept"), func(r *resource) {
-		if r.kept != nil {
-			value = r.kept.value
+		if r.w != nil && r.w.kept != nil {
+			value = r.w.kept.value
 		}
 	})
 	return remote, value
@@ -956,9 +956,9 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 	e := newEngine(t, c.Addrs())
 	ls, key := e.lines, e.cfg.lockKey("back")
 	ttl := e.cfg.TTL
-	holder := ls.join("back", key, "h", ttl, false)
-	waiter := ls.join("back", key, "w", ttl, false)
-	ls.inspect(key, func(r *resource) { r.watch = true }) // contended across engines lately
+	holder := ls.join(key, "h", ttl, false)
+	waiter := ls.join(key, "w", ttl, false)
+	ls.inspect(key, func(r *resource) { r.w = &watch{on: make([]bool, len(ls.watchers))} }) // contended across engines lately
 	before := time.Now()
 	release := &node.HandOff{Request: node.Request{Key: key, Value: "h"}, TTL: ttl}
 	holder.HandOff(release)
@@ -968,12 +968,12 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 		t.Fatalf("the release queued a caller waiting since %v, want the waiter's %v", release.SuccessorSince, want)
 	}
 	holder.Done(true)
-	back := ls.join("back", key, "h2", ttl, false)
+	back := ls.join(key, "h2", ttl, false)
 	ls.inspect(key, func(*resource) {}) // joined
 	if back.since.After(released) || back.since.Before(before) {
 		t.Fatalf("the returning caller waits as of %v, want as of the release, %v to %v", back.since, before, released)
 	}
-	later := ls.join("back", key, "h3", ttl, false)
+	later := ls.join(key, "h3", ttl, false)
 	ls.inspect(key, func(*resource) {})
 	if !later.since.After(released) {
 		t.Fatalf("a second caller waits as of %v, want as of its call, after the release at %v", later.since, released)
@@ -1000,7 +1000,11 @@ func TestKeptPlaceNotGranted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var k *kept
-	a.lines.inspect(a.cfg.lockKey("kept"), func(r *resource) { k = r.kept })
+	a.lines.inspect(a.cfg.lockKey("kept"), func(r *resource) {
+		if r.w != nil {
+			k = r.w.kept
+		}
+	})
 	if k == nil {
 		t.Fatal("setup: the release kept no place for a's next caller")
 	}
