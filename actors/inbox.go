@@ -42,6 +42,9 @@ func (in *Inbox) Ask(msg any) {
 	}
 }
 
+// Queued is the number of messages waiting in the inbox.
+func (in *Inbox) Queued() int { return in.box.UserMessageCount() }
+
 // InvokeUserMessage implements actor.MessageInvoker.
 func (in *Inbox) InvokeUserMessage(msg any) { in.handler.Receive(msg) }
 

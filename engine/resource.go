@@ -58,14 +58,17 @@ import (
 // engine's own from the first wait on, so that a node grants the
 // engine's waiters only while it can tell them so.
 type resource struct {
-	ls        *lines
-	sh        *shard // of the map it is in
-	key       string // its lock key (name: the resource's name)
-	inbox     actors.Inbox
+	ls    *lines
+	sh    *shard // of the map it is in
+	key   string // its lock key (name: the resource's name)
+	inbox actors.Inbox
 
 	// joining: joins posted and not yet handled; raised under sh.mu, and
 	// read there before the actor leaves the map.
 	joining atomic.Int32
+	// life counts its recycles: a watcher's message found it in the map
+	// in this life (see recycle).
+	life atomic.Uint64
 
 	// Read by other goroutines: the callers in line (Line.Len, Stats),
 	// the head (Stats), and whether an announcement can reach the head:
@@ -77,8 +80,9 @@ type resource struct {
 	canWake   atomic.Bool
 
 	// The actor's own.
-	turns []*turn // turns[0] is the head
-	w     *watch  // from the line's first wait
+	isGone bool    // out of the map: recycled once its inbox is empty
+	turns  []*turn // turns[0] is the head
+	w      *watch  // from the line's first wait
 	// releasing: a local lease ended by a release the nodes are
 	// announcing, and no announcement came since; next: the waiter the
 	// last one named next (another engine's, or a head of this line), who
@@ -190,12 +194,15 @@ type (
 	handing   turn // the head's lease is released (Line.HandOff)
 	// announced: node announced a release on the resource's channel.
 	announced struct {
+		life uint64
 		node int
 		node.Announcement
 	}
 	// watched: node listens on the channel now (ok), or could not; lost:
 	// node's watcher lost its connection (it says when it listens again).
+	// The actor drops those of another life than its own (see recycle).
 	watched struct {
+		life uint64
 		node int
 		ok   bool
 	}
@@ -210,15 +217,46 @@ type (
 	}
 )
 
+// newResource makes the actor of the resource with lock key key, in the
+// map's shard sh, or gives one that is gone a new life (recycle).
 func (ls *lines) newResource(key string, sh *shard) *resource {
-	r := &resource{ls: ls, sh: sh, key: key}
+	r, _ := ls.gone.Get().(*resource)
+	if r == nil {
+		r = &resource{ls: ls}
+		r.inbox.Init(ls.e.dispatch, r)
+	}
+	r.sh, r.key = sh, key
 	r.unwatched.Store(true)
-	r.inbox.Init(ls.e.dispatch, r)
 	return r
 }
 
 // Receive implements actors.Handler.
 func (r *resource) Receive(msg any) {
+	r.handle(msg)
+	if r.isGone && r.inbox.Queued() == 0 {
+		r.recycle()
+	}
+}
+
+// recycle keeps an actor that is gone, its inbox empty, for the next
+// resource to come: an uncontended cycle makes and drops one. Nothing of
+// its former life can reach it then but what a lookup of the map found
+// just before it went (announced, watched: of another life, dropped
+// before the actor reads anything else of itself) and a watcher's lost
+// (harmless: it waits for the watcher's word again). Its inbox stays as
+// it is, as its run may still be ending.
+func (r *resource) recycle() {
+	r.life.Add(1)
+	r.isGone = false
+	r.turns = r.turns[:0]
+	r.w, r.releasing, r.next, r.heard = nil, false, "", ""
+	r.count.Store(0)
+	r.head.Store(nil)
+	r.canWake.Store(false)
+	r.ls.gone.Put(r)
+}
+
+func (r *resource) handle(msg any) {
 	switch m := msg.(type) {
 	case *joining:
 		r.join((*turn)(m))
@@ -231,9 +269,13 @@ func (r *resource) Receive(msg any) {
 	case *handing:
 		r.handOff((*turn)(m))
 	case *announced:
-		r.announced(m)
+		if m.life == r.life.Load() {
+			r.announced(m)
+		}
 	case *watched:
-		r.watched(m.node, m.ok)
+		if m.life == r.life.Load() {
+			r.watched(m.node, m.ok)
+		}
 	case *lost:
 		if r.w != nil {
 			r.w.on[m.node] = false
@@ -475,6 +517,7 @@ func (r *resource) stopIfIdle() bool {
 		return false
 	}
 	delete(sh.byKey, r.key)
+	r.isGone = true
 	return true
 }
 
@@ -618,7 +661,7 @@ func (t *turn) Done(released bool) {
 // inspect runs f on the actor of the resource with lock key key, if it
 // has one, and reports whether it did (tests).
 func (ls *lines) inspect(key string, f func(*resource)) bool {
-	r := ls.find(key)
+	r, _ := ls.find(key)
 	if r == nil {
 		return false
 	}

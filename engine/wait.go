@@ -48,6 +48,7 @@ type lines struct {
 	// in shards: callers of different resources take different locks.
 	seed   maphash.Seed
 	shards [lineShards]shard
+	gone   sync.Pool // resource actors that are gone, for the next (recycle)
 }
 
 // lineShards is how many shards the map of resource actors has: enough
@@ -67,24 +68,36 @@ func newLines(e *Engine, channel string) *lines {
 	for i, addr := range e.cfg.Nodes {
 		ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, node.WatchHooks{
 			Released: func(channel, msg string) { ls.released(i, channel, msg) },
-			Watched:  func(channel string, ok bool) { ls.post(channel, &watched{i, ok}) },
-			Lost:     func() { ls.lost(i) },
+			Watched: func(channel string, ok bool) {
+				if r, life := ls.find(channelKey(channel)); r != nil {
+					r.inbox.Post(&watched{life, i, ok})
+				}
+			},
+			Lost: func() { ls.lost(i) },
 		}))
 	}
 	return ls
 }
+
+// channelKey is the lock key of a release channel.
+func channelKey(channel string) string { return strings.TrimSuffix(channel, node.ReleasedSuffix) }
 
 // shard is key's shard.
 func (ls *lines) shard(key string) *shard {
 	return &ls.shards[maphash.String(ls.seed, key)%lineShards]
 }
 
-// find is the actor of the resource with lock key key, or nil.
-func (ls *lines) find(key string) *resource {
+// find is the actor of the resource with lock key key, or nil, and its
+// life (see recycle).
+func (ls *lines) find(key string) (*resource, uint64) {
 	sh := ls.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.byKey[key]
+	r := sh.byKey[key]
+	if r == nil {
+		return nil, 0
+	}
+	return r, r.life.Load()
 }
 
 // each calls f on every resource actor, under its shard's lock.
@@ -118,17 +131,11 @@ func (ls *lines) join(key, value string, ttl time.Duration, try bool) *turn {
 	return t
 }
 
-// post posts msg to the actor of the resource whose release channel is
-// channel, if it has one.
-func (ls *lines) post(channel string, msg any) {
-	if r := ls.find(strings.TrimSuffix(channel, node.ReleasedSuffix)); r != nil {
-		r.inbox.Post(msg)
-	}
-}
-
 // released: a node announced a release on channel (hook of a watcher).
 func (ls *lines) released(i int, channel, msg string) {
-	ls.post(channel, &announced{i, node.ParseAnnouncement(msg)})
+	if r, life := ls.find(channelKey(channel)); r != nil {
+		r.inbox.Post(&announced{life, i, node.ParseAnnouncement(msg)})
+	}
 }
 
 // lost: node i's watcher lost its connection; it will say when it listens
