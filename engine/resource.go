@@ -619,8 +619,13 @@ func (t *turn) await(ctx context.Context, closing <-chan struct{}) error {
 	}
 }
 
-// run tells the actor that the head's lease actor, st's, runs.
+// run tells the actor that the head's lease actor, st's, runs. A caller
+// of TryAcquire need not: its lease never waits to be woken, nor is it
+// ever queued.
 func (t *turn) run(st *lease.State, ref lease.Ref) {
+	if t.try {
+		return
+	}
 	t.st, t.ref = st, ref
 	t.r.inbox.Ask((*started)(t))
 }
