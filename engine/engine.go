@@ -297,9 +297,9 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if err := ctx.Err(); err != nil {
 		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
 	}
-	key := e.cfg.lockKey(resource)
+	key, grants := node.LockKeys(e.cfg.KeyPrefix, resource)
 	cfg := lease.Config{
-		Resource: resource, Key: key, Value: newValue(),
+		Resource: resource, Key: key, Grants: grants, Value: newValue(),
 		TTL: o.ttl, NodeTimeout: e.cfg.NodeTimeout,
 		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend,
 	}

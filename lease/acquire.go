@@ -137,7 +137,6 @@ func (a *leaseActor) hold() {
 	// Acquiring is over: free what only it used, for as long as the lease
 	// is held.
 	a.backOff, a.failedVotes, a.heard = nil, nil, nil
-	a.acquired = a.start
 	a.state.token = a.token
 	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL), a.atDeadline(nil))
 	a.armDeadline()

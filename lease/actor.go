@@ -110,7 +110,6 @@ type perLease struct {
 	start     time.Time // start of the current acquire or extend round
 	ownDigest string    // the value as announcements name it, made once
 	since     string    // Config.Since as rounds carry it, once queued
-	acquired  time.Time // start of the winning acquire round
 	token     uint64    // fencing token of the won round
 
 	// alarmAt is when the alarm is due (zero: not set); what it means

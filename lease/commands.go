@@ -47,7 +47,7 @@ func (a *leaseActor) sendAt(cmd func(node.Request) node.Command, to []int, now t
 	a.round++
 	a.takeVotes()
 	clear(a.votes)
-	c := cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: now})
+	c := cmd(node.Request{Key: a.cfg.Key, Grants: a.cfg.Grants, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: now})
 	if to == nil {
 		for _, pid := range a.cfg.Nodes {
 			a.pool.system.Root.Send(pid, c)
@@ -147,7 +147,7 @@ func (a *leaseActor) leaveQueues() {
 			continue
 		}
 		if c == nil {
-			c = &node.Leave{Request: node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Sent: time.Now()},
+			c = &node.Leave{Request: node.Request{Key: a.cfg.Key, Grants: a.cfg.Grants, Value: a.cfg.Value, Sent: time.Now()},
 				TTL: a.cfg.TTL, KeepGrant: true}
 		}
 		a.pool.system.Root.Send(a.cfg.Nodes[i], c)

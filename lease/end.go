@@ -93,7 +93,7 @@ func (a *leaseActor) prepare(cmd func(node.Request) node.Command) node.Command {
 	a.takeVotes()
 	clear(a.votes)
 	a.owed += len(a.cfg.Nodes)
-	return cmd(node.Request{Key: a.cfg.Key, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: a.now()})
+	return cmd(node.Request{Key: a.cfg.Key, Grants: a.cfg.Grants, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: a.now()})
 }
 
 // closeHeld ends a held lease because the engine closes.
@@ -142,7 +142,7 @@ func (a *leaseActor) wrapUp(next phase, err error) {
 	kind := terminalKind(err)
 	a.emit(kind, err) // and closes the event channel
 	if a.cfg.Owner != nil {
-		a.cfg.Owner.Ended(a.now().Sub(a.acquired), err)
+		a.cfg.Owner.Ended(a.now().Sub(a.state.start), err) // the winning round's
 	}
 	if a.cfg.Line != nil {
 		a.cfg.Line.Done(kind == Released)

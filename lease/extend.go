@@ -35,7 +35,7 @@ func (a *leaseActor) planExtend(at time.Time) {
 }
 
 // holdEnds is when MaxHold has passed: no extension round starts after it.
-func (a *leaseActor) holdEnds() time.Time { return a.acquired.Add(a.cfg.MaxHold) }
+func (a *leaseActor) holdEnds() time.Time { return a.state.start.Add(a.cfg.MaxHold) } // from the winning round
 
 // holdOver stops extending: the lease runs to its deadline and expires
 // there (ErrExpired, not lost: it ends as bounded, not by a failure).

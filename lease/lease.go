@@ -26,6 +26,7 @@ type Config struct {
 	*Shared     // set by Pool.Start: its pool's
 	Resource    string
 	Key         string
+	Grants      string // Key's grants key, if known (node.Request.Grants)
 	Value       string // the owner's random value
 	TTL         time.Duration
 	NodeTimeout time.Duration // bounds each round

@@ -16,7 +16,11 @@ import (
 // Request is what every command to a node carries: whose key, for which
 // round of the sender, and where the Vote goes.
 type Request struct {
-	Key     string
+	Key string
+	// Grants, if set, is Key's grants key, whose start is its queue key
+	// (LockKeys makes all three in one string); unset, the node makes
+	// them, for the commands that touch the queue.
+	Grants  string
 	Value   string     // the lease owner's random value
 	Round   uint64     // echoed in the Vote so the sender can drop stale ones
 	ReplyTo *actor.PID // receives exactly one *Vote; nil: nobody waits for it

@@ -125,6 +125,13 @@ const (
 	epochName    = "lineage"
 )
 
+// LockKeys is LockKey and its grants key (Request.Grants), in one
+// string: an acquire allocates it once for all its commands.
+func LockKeys(prefix, resource string) (lock, grants string) {
+	grants = prefix + "{" + resource + "}" + queueSuffix + grantsSuffix
+	return grants[:len(grants)-len(queueSuffix)-len(grantsSuffix)], grants
+}
+
 // LockKey is resource's lock key under prefix: <prefix>{<resource>}. The
 // braces are the key's hash tag, which the keys beside it (FenceKey, the
 // queue of waiters, the release channel) keep.
@@ -208,6 +215,15 @@ func (e *entry) code() code {
 	return codeReleaseFull // leaving silently
 }
 
+// queueKeys are r.Key's queue and grants keys: slices of r.Grants, or
+// made (and remembered) by the sender.
+func (s *scriptArgs) queueKeys(r *Request) (queue, grants string) {
+	if n := len(r.Key) + len(queueSuffix) + len(grantsSuffix); len(r.Grants) == n && r.Grants[:len(r.Key)] == r.Key {
+		return r.Grants[:len(r.Key)+len(queueSuffix)], r.Grants
+	}
+	return s.queues.of(r.Key)
+}
+
 // add appends e's code, keys and arguments, as its row names them.
 func (s *scriptArgs) add(e *entry, ttl *millis) {
 	c := &scriptCmds[e.code()]
@@ -217,10 +233,10 @@ func (s *scriptArgs) add(e *entry, ttl *millis) {
 		case keyLock:
 			s.keys = append(s.keys, e.req.Key)
 		case keyQueue:
-			queue, _ := s.queues.of(e.req.Key)
+			queue, _ := s.queueKeys(e.req)
 			s.keys = append(s.keys, queue)
 		case keyGrants:
-			_, grants := s.queues.of(e.req.Key)
+			_, grants := s.queueKeys(e.req)
 			s.keys = append(s.keys, grants)
 		case keyFence:
 			s.keys = append(s.keys, e.fenceKey)

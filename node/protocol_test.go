@@ -162,3 +162,22 @@ func TestKeyNames(t *testing.T) {
 		t.Errorf("the first key's queue is %q again, want %q", q3, queue)
 	}
 }
+
+// LockKeys makes the lock key and its grants key in one string, and the
+// keys a command carries are the same whether its request brings them or
+// the sender makes them.
+func TestLockKeys(t *testing.T) {
+	lock, grants := LockKeys("p:", "r")
+	if lock != LockKey("p:", "r") || grants != lock+queueSuffix+grantsSuffix {
+		t.Fatalf("LockKeys = %q, %q", lock, grants)
+	}
+	var s scriptArgs
+	q1, g1 := s.queueKeys(&Request{Key: lock, Grants: grants})
+	q2, g2 := s.queueKeys(&Request{Key: lock})
+	if q1 != q2 || g1 != g2 || q1 != lock+queueSuffix {
+		t.Fatalf("queue keys %q %q from the request, %q %q made", q1, g1, q2, g2)
+	}
+	if q, _ := s.queueKeys(&Request{Key: "other", Grants: grants}); q != "other"+queueSuffix {
+		t.Fatalf("a request whose Grants is not its key's: queue %q", q)
+	}
+}
