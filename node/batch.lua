@@ -131,12 +131,12 @@
 
 local epochOK = nil -- whether the marker is the one required, read once
 
--- arity: per code, how many KEYS and ARGV (its code included) a command
--- takes; the header's lines say which (Go: scriptCmds).
-local arity = {
-  a = {1, 3}, w = {3, 4}, A = {4, 4}, e = {1, 3}, d = {1, 2},
-  r = {3, 2}, l = {3, 2}, s = {3, 9}, q = {3, 4}, f = {2, 3},
-}
+-- The arity of each code: how many KEYS (nkeys) and ARGV, its code
+-- included (nargs), a command takes; the header's lines say which (Go:
+-- scriptCmds). Two flat tables: the body, these included, runs again at
+-- every call.
+local nkeys = {a = 1, w = 3, A = 4, e = 1, d = 1, r = 3, l = 3, s = 3, q = 3, f = 2}
+local nargs = {a = 3, w = 4, A = 4, e = 3, d = 2, r = 2, l = 2, s = 9, q = 4, f = 3}
 
 -- The release channel's suffix and the end of an announcement that
 -- granted (Go: ReleasedSuffix, GrantedSuffix).
@@ -340,8 +340,7 @@ local function runAll()
     local c = ARGV[a]
     m = m + 1
     out[m] = run(c, k, a + 1)
-    local size = arity[c]
-    k, a = k + size[1], a + size[2]
+    k, a = k + nkeys[c], a + nargs[c]
   end
 end
 
@@ -353,11 +352,11 @@ while true do
   if type(r) ~= 'table' or not r.err then
     r = {err = 'ERR redlease: ' .. tostring(r)}
   end
-  local size = arity[ARGV[a]]
-  if not size then
+  local c = ARGV[a]
+  if not nkeys[c] then
     return r
   end
   out[m] = r
-  k, a = k + size[1], a + size[2]
+  k, a = k + nkeys[c], a + nargs[c]
 end
 return out

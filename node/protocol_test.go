@@ -40,15 +40,18 @@ func TestScriptAgreesWithTable(t *testing.T) {
 		}
 	}
 
-	block := regexp.MustCompile(`(?s)\nlocal arity = \{(.*?)\n\}`).FindStringSubmatch(batchLua)
-	if block == nil {
-		t.Fatal("batch.lua has no 'local arity = {...}'")
-	}
 	lua := map[string][2]int{}
-	for _, m := range regexp.MustCompile(`(\w+) = \{(\d+), (\d+)\}`).FindAllStringSubmatch(block[1], -1) {
-		k, _ := strconv.Atoi(m[2])
-		a, _ := strconv.Atoi(m[3])
-		lua[m[1]] = [2]int{k, a}
+	for i, table := range []string{"nkeys", "nargs"} {
+		block := regexp.MustCompile(`\nlocal ` + table + ` = \{(.*?)\}\n`).FindStringSubmatch(batchLua)
+		if block == nil {
+			t.Fatalf("batch.lua has no 'local %s = {...}'", table)
+		}
+		for _, m := range regexp.MustCompile(`(\w+) = (\d+)`).FindAllStringSubmatch(block[1], -1) {
+			v, _ := strconv.Atoi(m[2])
+			got := lua[m[1]]
+			got[i] = v
+			lua[m[1]] = got
+		}
 	}
 	goSide := map[string][2]int{}
 	for _, c := range scriptCmds {
