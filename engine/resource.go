@@ -27,9 +27,10 @@ import (
 // handing off, the watchers' announcements, its timers. It hands the
 // announcements that concern the head's lease to the head's lease actor
 // (a lease.Wake), which counts them with the votes in its own mailbox.
-// Each lease keeps its own actor (a lease.Pool's), because a held lease
-// parks without one, costing a body of ~400 B and no actor, and because
-// leases acquired by TryAcquire, which has no line, need one too.
+// Each lease keeps its own actor (a lease.Pool's) rather than live in
+// this one: a held lease parks without an actor, in a body of ~400 B, and
+// its rounds, votes and extensions run on whichever pooled actor is free,
+// while the resource actor only keeps its line.
 //
 // The engine keeps only a map from resource key to actor (lines.shards).
 // A resource actor is in one of three states:
@@ -40,8 +41,9 @@ import (
 //	lingering -- a caller joins --> active
 //	lingering -- lineLinger passes --> gone (its watch dropped, its kept place left)
 //
-// Gone, it is out of the map; the next caller makes another. A join on
-// its way (joining, counted under its shard's lock) keeps it from going.
+// Gone, it is out of the map, and kept for the next resource to come
+// (recycle); the next caller of this one makes another. A join on its way
+// (joining, counted under its shard's lock) keeps it from going.
 //
 // A head refused by another owner (another engine's lease) waits for that
 // owner's release, which the release script announces on the resource's
@@ -317,8 +319,8 @@ func (r *resource) Crashed(reason, msg any) {
 // join puts a caller in the line; it is the head at once when the line
 // was empty. A caller of TryAcquire (try) joins only an empty line, as its
 // head, and takes neither a kept place nor a hand-on; it is refused when
-// the line has a caller. The caller takes the turn's value as its lease's owner
-// value: the place a release kept (HandOff) comes with one. A head that
+// the line has a caller. The caller takes the turn's value as its lease's
+// owner value: the place a release kept (HandOff) comes with one. A head that
 // comes right after a local release that other engines' waiters are about
 // to hear of waits to hear of it too: racing ahead of them would starve
 // them.
