@@ -237,13 +237,14 @@ const MaxResourceLen = 8 << 10
 // starts when its lease ends (or its acquire fails), and a caller whose
 // ctx ends leaves the queue at once. When a round finds another owner
 // holding the resource on a quorum, Acquire does not poll: it waits for
-// that owner's release, which every node announces (and which wakes the
-// waiters of every engine at once, so that engines race fairly), or for
-// the owner's keys to expire, as the refusing nodes said they would. These
-// rounds do not count against RetryAttempts: ctx bounds the wait. Other
-// failed rounds (a split vote, nodes down) are retried with randomized
-// backoff, and when no node can announce releases (a server that denies
-// SUBSCRIBE), the backoff bounds the wait for one too. When
+// that owner's release, which every node announces, naming the next
+// waiter in the order the callers of every engine came (and mostly
+// granting it the key at once), or for the owner's keys to expire, as the
+// refusing nodes said they would. These rounds do not count against
+// RetryAttempts: ctx bounds the wait. A split vote draws a random delay
+// (also uncounted); other failed rounds (nodes down) are retried with
+// randomized backoff, and when no node can announce releases (a server
+// that denies SUBSCRIBE), the backoff bounds the wait for one too. When
 // only nodes in restart quarantine kept a round from a quorum, the next
 // round waits until enough of them are back (one attempt per wait, not a
 // burst of doomed ones), or fails at once if that is after ctx's deadline.
