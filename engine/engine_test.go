@@ -816,3 +816,24 @@ func TestTryAcquireHeldHereAnsweredLocally(t *testing.T) {
 	}
 	_ = l.Release(t.Context())
 }
+
+// What a failed Acquire returns, a nil *Lease, answers as a lease never
+// held, so that a deferred Release after a failed Acquire does not panic.
+func TestNilLease(t *testing.T) {
+	var l *Lease
+	for name, err := range map[string]error{"Err": l.Err(), "Release": l.Release(t.Context()), "Extend": l.Extend(t.Context()),
+		"Context's cause": context.Cause(l.Context())} {
+		if !errors.Is(err, ErrNotAcquired) {
+			t.Errorf("%s of a nil lease = %v, want ErrNotAcquired", name, err)
+		}
+	}
+	if _, open := <-l.Done(); open {
+		t.Error("Done of a nil lease is open")
+	}
+	if _, open := <-l.Events(); open {
+		t.Error("Events of a nil lease is open")
+	}
+	if l.Resource() != "" || l.Value() != "" || l.Token() != 0 || !l.Until().IsZero() {
+		t.Error("a nil lease names a resource, a value, a token or a deadline")
+	}
+}

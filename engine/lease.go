@@ -12,6 +12,11 @@ import (
 // use. Done and Err are the source of truth for whether it is still held:
 // the holder must stop its protected work when Done closes, and in any case
 // by Until.
+//
+// The methods of a nil *Lease (what a failed Acquire returns) answer as of
+// a lease never held: Err, Release and Extend return ErrNotAcquired, Done
+// and Events are closed, Context is cancelled with ErrNotAcquired. A
+// deferred Release after a failed Acquire is harmless.
 type Lease struct {
 	e        *Engine
 	ref      lease.Ref
@@ -24,20 +29,40 @@ type Lease struct {
 }
 
 // Resource is the name the lease was acquired for.
-func (l *Lease) Resource() string { return l.resource }
+func (l *Lease) Resource() string {
+	if l == nil {
+		return ""
+	}
+	return l.resource
+}
 
 // Value is the lease's owner value, stored at <KeyPrefix>{<resource>} on
 // the nodes that granted it: 20 random bytes, URL-safe base64.
-func (l *Lease) Value() string { return l.value }
+func (l *Lease) Value() string {
+	if l == nil {
+		return ""
+	}
+	return l.value
+}
 
 // Token is the lease's fencing token (WithFencing): larger than the token
 // of every earlier holder of the resource. 0 without WithFencing.
-func (l *Lease) Token() uint64 { return l.state.Token() }
+func (l *Lease) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.state.Token()
+}
 
 // Until is the validity deadline: the start of the winning round plus
 // TTL − drift. It carries a monotonic clock reading, so it is immune to
 // wall-clock jumps on this host.
-func (l *Lease) Until() time.Time { return l.state.Until() }
+func (l *Lease) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	return l.state.Until()
+}
 
 // Done is closed when the lease ends, for any reason: released, lost, the
 // engine closed, or at its deadline. A lease that reaches its deadline
@@ -47,12 +72,22 @@ func (l *Lease) Until() time.Time { return l.state.Until() }
 // validity deadline. It is closed exactly once: by the lease actor, or,
 // when the deadline ends the lease, by the actor's deadline timer on its
 // own goroutine, so that a busy actor cannot delay it.
-func (l *Lease) Done() <-chan struct{} { return l.state.Done() }
+func (l *Lease) Done() <-chan struct{} {
+	if l == nil {
+		return closedDone
+	}
+	return l.state.Done()
+}
 
 // Err is nil while the lease is held; after Done closed it says why it
 // ended: ErrReleased, ErrExpired or ErrLeaseLost (and ErrClosed with
 // ErrReleased when the engine closed).
-func (l *Lease) Err() error { return l.state.Err() }
+func (l *Lease) Err() error {
+	if l == nil {
+		return ErrNotAcquired
+	}
+	return l.state.Err()
+}
 
 // Release deletes the lease's key on every node that holds it with this
 // lease's value (another owner's key is never touched) and ends the lease
@@ -62,6 +97,9 @@ func (l *Lease) Err() error { return l.state.Err() }
 // nil when a quorum confirmed, a *ReleaseError when not, and the lease's
 // Err when it had already ended.
 func (l *Lease) Release(ctx context.Context) error {
+	if l == nil {
+		return ErrNotAcquired
+	}
 	_, span := l.e.tel.start(ctx, "redlease.Release")
 	err := l.release(ctx)
 	l.e.tel.call(span, l, err)
@@ -117,6 +155,9 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 // found it lost. It waits at most Config.NodeTimeout, or until ctx ends
 // (the round goes on).
 func (l *Lease) Extend(ctx context.Context) error {
+	if l == nil {
+		return ErrNotAcquired
+	}
 	_, span := l.e.tel.start(ctx, "redlease.Extend")
 	reply := make(chan lease.ExtendResult, 1)
 	r, err := ask(ctx, l, &lease.Extend{State: l.state, Reply: reply}, reply)
@@ -133,13 +174,21 @@ func (l *Lease) Extend(ctx context.Context) error {
 // the lease: when the buffer (Config.EventBuffer) is full, non-terminal
 // events are dropped and counted in Stats().EventsDropped, but the terminal
 // event always arrives. Done and Err are the source of truth.
-func (l *Lease) Events() <-chan Event { return l.state.Events() }
+func (l *Lease) Events() <-chan Event {
+	if l == nil {
+		return closedEvents
+	}
+	return l.state.Events()
+}
 
 // Context returns a context that is cancelled when the lease ends, with
 // context.Cause saying why (ErrReleased, ErrExpired, ErrLeaseLost, ...).
 // Pass it to the work the lease protects: the lease ends, and the context
 // is cancelled, before Until (see Done).
 func (l *Lease) Context() context.Context {
+	if l == nil {
+		return notAcquiredCtx
+	}
 	l.ctxOnce.Do(func() {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		l.ctx = ctx
@@ -147,3 +196,14 @@ func (l *Lease) Context() context.Context {
 	})
 	return l.ctx
 }
+
+// What the methods of a nil *Lease return: a lease never held.
+var (
+	closedDone     = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+	closedEvents   = func() chan Event { c := make(chan Event); close(c); return c }()
+	notAcquiredCtx = func() context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrNotAcquired)
+		return ctx
+	}()
+)
