@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/internal/testwait"
 	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
 )
 
 func newEngine(t *testing.T, addrs []string, tune ...func(*Config)) *Engine {
@@ -835,5 +837,58 @@ func TestNilLease(t *testing.T) {
 	}
 	if l.Resource() != "" || l.Value() != "" || l.Token() != 0 || !l.Until().IsZero() {
 		t.Error("a nil lease names a resource, a value, a token or a deadline")
+	}
+}
+
+// Release tells a holder whose lease had lost its keys: with another
+// owner's key on a majority, or none, it fails with ErrLeaseLost and says
+// what each node found; with its own key on a quorum, it succeeds though
+// a minority holds another's (issue 29, 1).
+func TestReleaseOfALostLease(t *testing.T) {
+	c := startNodes(t, 3)
+	e := newEngine(t, c.Addrs())
+	for _, tc := range []struct {
+		name          string
+		foreign, gone []int
+		lost          bool
+	}{
+		{"taken over on a majority", []int{0, 1}, nil, true},
+		{"gone from a majority", nil, []int{1, 2}, true},
+		{"taken over and gone", []int{0}, []int{2}, true},
+		{"taken over on a minority", []int{2}, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := e.TryAcquire(t.Context(), "lost")
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeForeign(t, c, "lost", time.Minute, tc.foreign...)
+			for _, i := range tc.gone {
+				if _, err := c.Nodes[i].Do(t.Context(), "DEL", lockKey("lost")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = l.Release(t.Context())
+			if !tc.lost {
+				if err != nil {
+					t.Fatalf("Release with the lease's key on a quorum: %v", err)
+				}
+			} else {
+				var re *ReleaseError
+				if !errors.Is(err, ErrLeaseLost) || !errors.As(err, &re) {
+					t.Fatalf("Release of a lease without its key on a majority = %v, want a *ReleaseError matching ErrLeaseLost", err)
+				}
+				for i, n := range re.Nodes {
+					if want := slices.Contains(append(tc.foreign, tc.gone...), i); (n.Outcome == node.Taken) != want {
+						t.Errorf("node %d: %v, want taken: %t", i, n.Outcome, want)
+					}
+				}
+			}
+			for _, n := range c.Nodes {
+				if _, err := n.Do(t.Context(), "DEL", lockKey("lost")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -92,16 +92,28 @@ func (e *AcquireError) Unwrap() error { return e.Cause }
 type ExtendError = lease.ExtendError
 
 // ReleaseError is returned by Release when fewer than a quorum of nodes
-// confirmed it: the lease has ended all the same, but its key may block
-// other owners on the nodes that did not answer until the TTL passes.
+// deleted the lease's own key: the lease has ended all the same. Lost: the
+// key was not the lease's on so many nodes (another owner's, or gone:
+// "taken") that no quorum could delete it, so the lease had been lost
+// before its release; the error then matches ErrLeaseLost. Otherwise
+// nodes did not answer, and its key may block other owners there until
+// the TTL passes.
 type ReleaseError struct {
 	Resource string
 	Nodes    []NodeOutcome
+	Lost     bool
 }
 
 func (e *ReleaseError) Error() string {
+	if e.Lost {
+		return fmt.Sprintf("%srelease of %q: %s: the lease's key was not on a quorum of nodes [%s]",
+			errtext.Prefix, e.Resource, errtext.Bare(ErrLeaseLost), lease.FormatOutcomes(e.Nodes))
+	}
 	return fmt.Sprintf("%srelease of %q not confirmed by a quorum: [%s]", errtext.Prefix, e.Resource, lease.FormatOutcomes(e.Nodes))
 }
+
+// Is reports whether target is ErrLeaseLost, for a lease found lost.
+func (e *ReleaseError) Is(target error) bool { return e.Lost && target == ErrLeaseLost }
 
 // nodeOutcomes names the votes of a round; a node that did not answer in
 // time is a Timeout.

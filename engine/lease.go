@@ -92,10 +92,14 @@ func (l *Lease) Err() error {
 // Release deletes the lease's key on every node that holds it with this
 // lease's value (another owner's key is never touched) and ends the lease
 // with ErrReleased: Done closes at once. It returns as soon as a quorum of
-// nodes confirmed (a dead node does not hold it up), after at most
+// nodes deleted its key (a dead node does not hold it up), after at most
 // Config.NodeTimeout, or when ctx ends (the release goes on). It returns
-// nil when a quorum confirmed, a *ReleaseError when not, and the lease's
-// Err when it had already ended.
+// nil when a quorum of nodes deleted the lease's own key; a *ReleaseError
+// saying what each node found when not, which matches ErrLeaseLost when
+// the key was not the lease's (another owner's, or gone) on so many nodes
+// that no quorum could delete it: the lease had been lost before its
+// release, and the work it protected may have overlapped another holder's;
+// and the lease's Err when it had already ended.
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrNotAcquired
@@ -114,8 +118,8 @@ func (l *Lease) release(ctx context.Context) error {
 		return err
 	case r.Err != nil:
 		return r.Err
-	case r.Confirmed < lease.Quorum(len(l.e.cfg.Nodes)):
-		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes)}
+	case r.Deleted < lease.Quorum(len(l.e.cfg.Nodes)):
+		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes), Lost: r.Lost}
 	}
 	return nil
 }

@@ -9,21 +9,28 @@ import (
 	"github.com/redlease/redlease/node"
 )
 
-// answerRelease answers a pending Release once a quorum of nodes confirmed
-// that our key is gone (deleted, or not ours), or once all have answered:
-// a dead node does not hold up the holder.
+// answerRelease answers a pending Release once a quorum of nodes deleted
+// the lease's own key, once so many found it not there (another owner's
+// key, or none) that no quorum can, or once all have answered (all): a
+// dead node does not hold up the holder, and a holder whose lease had lost
+// its keys is told so.
 func (a *leaseActor) answerRelease(all bool) {
-	confirmed := 0
+	deleted, notMine := 0, 0
 	for _, v := range a.votes {
-		if v.Outcome == node.Granted || v.Outcome == node.Taken {
-			confirmed++
+		switch v.Outcome {
+		case node.Granted:
+			deleted++
+		case node.Taken:
+			notMine++
 		}
 	}
+	n := len(a.votes)
+	lost := n-notMine < Quorum(n)
 	switch {
-	case confirmed >= Quorum(len(a.votes)):
-		a.release <- ReleaseResult{Confirmed: confirmed}
-	case all:
-		a.release <- ReleaseResult{Confirmed: confirmed, Votes: slices.Clone(a.votes)}
+	case deleted >= Quorum(n):
+		a.release <- ReleaseResult{Deleted: deleted}
+	case lost, all:
+		a.release <- ReleaseResult{Deleted: deleted, Lost: lost, Votes: slices.Clone(a.votes)}
 	default:
 		return
 	}

@@ -29,12 +29,14 @@ type Result struct {
 	Votes []node.Vote
 }
 
-// ReleaseResult answers a Release, as soon as a quorum confirmed or all
-// nodes answered.
+// ReleaseResult answers a Release: as soon as a quorum of nodes deleted
+// the lease's key (Deleted), or so many found it not there (another's, or
+// none: Taken) that no quorum can (Lost), or once all nodes answered.
 type ReleaseResult struct {
-	Err       error       // set when the lease had already ended: its Err
-	Confirmed int         // nodes that answered: deleted, or not ours
-	Votes     []node.Vote // by node, when fewer than a quorum confirmed; a zero Outcome means no answer
+	Err     error       // set when the lease had already ended: its Err
+	Deleted int         // nodes that deleted the lease's own key
+	Lost    bool        // the key was not the lease's on so many nodes that no quorum could delete it
+	Votes   []node.Vote // by node, when fewer than a quorum deleted; a zero Outcome means no answer
 }
 
 // ExtendResult answers an Extend.
