@@ -70,13 +70,16 @@ type NodeOutcome = lease.NodeOutcome
 type AcquireError struct {
 	Resource string
 	Attempts int           // rounds tried
-	Nodes    []NodeOutcome // of the last round, in Config.Nodes order
+	Nodes    []NodeOutcome // of the last round, in Config.Nodes order; none without a round
 	Cause    error         // what ended the attempts
 }
 
 func (e *AcquireError) Error() string {
-	return fmt.Sprintf("%s%q not acquired after %d attempt(s): %s [%s]",
-		errtext.Prefix, e.Resource, e.Attempts, errtext.Bare(e.Cause), lease.FormatOutcomes(e.Nodes))
+	text := fmt.Sprintf("%s%q not acquired after %d attempt(s): %s", errtext.Prefix, e.Resource, e.Attempts, errtext.Bare(e.Cause))
+	if len(e.Nodes) == 0 { // no round
+		return text
+	}
+	return text + " [" + lease.FormatOutcomes(e.Nodes) + "]"
 }
 
 // Is reports whether target is ErrNotAcquired.

@@ -321,7 +321,7 @@ func (a *leaseActor) abortRound(cause error) {
 
 func (a *leaseActor) giveUp(cause error) {
 	if cause == nil {
-		cause = errRefused
+		cause = refused(a.failedVotes, false)
 	}
 	if a.since != "" {
 		a.send(a.leaveCmd, nil) // out of the queues it may be in
@@ -362,14 +362,15 @@ func quarantineEnd(votes []node.Vote) time.Time {
 }
 
 var (
-	errRefused    = errors.New("redlease: a quorum of nodes refused")
+	// errRefused matches the refusal of a round that no single cause
+	// ended (refused says what its nodes answered).
+	errRefused    = errors.New("redlease: no quorum")
 	errQuarantine = errors.New("redlease: the quorum needs nodes that sit out a restart quarantine")
 	// errQuarantinePastDeadline: waiting for them would outlast the caller.
 	errQuarantinePastDeadline = errors.New("redlease: the quorum needs nodes whose restart quarantine ends after the context's deadline")
 	errRoundTimeout           = errors.New("redlease: no quorum within the node timeout")
 	errTooSlow                = errors.New("redlease: quorum reached after the validity ran out")
 	errNoExtension            = errors.New("redlease: no extension before the validity deadline")
-	errNotMine                = errors.New("redlease: a quorum of nodes holds another owner's key")
 	errFenceRefused           = errors.New("redlease: the fencing token reached no quorum of the granting nodes")
 )
 

@@ -103,8 +103,8 @@ func (a *leaseActor) onExtend(m *Extend) {
 }
 
 // extendVote decides an extend round once its votes allow: extended with a
-// quorum in time; lost when a quorum holds another owner's key; failed when
-// a quorum is out of reach.
+// quorum in time; lost when a quorum answers that the key is not the
+// lease's (another owner's, or gone); failed when a quorum is out of reach.
 func (a *leaseActor) extendVote() {
 	now := a.now()
 	switch {
@@ -116,11 +116,11 @@ func (a *leaseActor) extendVote() {
 		}
 	case a.tally.taken >= Quorum(a.tally.n):
 		a.clearAlarm()
-		err := a.finish(lost(a.explain(errNotMine)))
+		err := a.finish(lost(a.explain(refused(a.votes, true))))
 		a.releaseAll() // our key may linger on a minority
 		a.wrapUp(ended, err)
 	case a.tally.lost():
-		a.extendFailed(errRefused)
+		a.extendFailed(refused(a.votes, true))
 	}
 }
 

@@ -22,12 +22,16 @@ type NodeOutcome struct {
 	QuarantinedUntil time.Time
 }
 
-// Outcomes names a round's votes, by node (addrs in node order); a node
-// that did not answer in time is a Timeout.
+// Outcomes names a round's votes, by node (addrs in node order). A node
+// whose answer had not come when the round ended is a Timeout with
+// ErrNotAnswered; nil votes (no round) name no node.
 func Outcomes(votes []node.Vote, addrs []string) []NodeOutcome {
+	if votes == nil {
+		return nil
+	}
 	out := make([]NodeOutcome, len(addrs))
 	for i, addr := range addrs {
-		out[i] = NodeOutcome{Addr: addr, Outcome: node.Timeout, Err: errNoAnswer}
+		out[i] = NodeOutcome{Addr: addr, Outcome: node.Timeout, Err: ErrNotAnswered}
 		if i < len(votes) && votes[i].Outcome != 0 {
 			v := votes[i]
 			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err, QuarantinedUntil: v.Until}
@@ -36,7 +40,63 @@ func Outcomes(votes []node.Vote, addrs []string) []NodeOutcome {
 	return out
 }
 
-var errNoAnswer = errors.New("no answer before the round ended")
+// ErrNotAnswered is the Err of a node whose answer had not come when its
+// round ended: decided by the others, or at the node timeout.
+var ErrNotAnswered = errors.New("not answered yet when the round ended")
+
+// refusal says why a round failed that no single cause ended: what its
+// nodes answered, counted, and only what is true of a quorum. It matches
+// errRefused.
+type refusal struct {
+	n, taken, failed, quarantined, unanswered int
+	extend                                    bool // an extension round: Taken is "not the lease's key"
+}
+
+// refused counts votes, a failed round's.
+func refused(votes []node.Vote, extend bool) error {
+	r := refusal{n: len(votes), extend: extend}
+	for _, v := range votes {
+		switch {
+		case v.Outcome == node.Taken:
+			r.taken++
+		case v.Outcome == node.Failed && !v.Until.IsZero():
+			r.quarantined++
+		case v.Outcome == node.Failed, v.Outcome == node.Timeout:
+			r.failed++
+		case v.Outcome == 0:
+			r.unanswered++
+		}
+	}
+	return r
+}
+
+func (r refusal) Error() string {
+	q := Quorum(r.n)
+	switch {
+	case r.taken >= q && r.extend:
+		return errtext.Prefix + "the lease's key is not on a quorum of nodes (another owner's, or gone)"
+	case r.taken >= q:
+		return errtext.Prefix + "another owner holds the resource on a quorum of nodes"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%sno quorum (%d of %d nodes): %d granted", errtext.Prefix, q, r.n, r.n-r.taken-r.failed-r.quarantined-r.unanswered)
+	taken := "held by another owner"
+	if r.extend {
+		taken = "without the lease's key"
+	}
+	for _, c := range []struct {
+		k    int
+		what string
+	}{{r.taken, taken}, {r.quarantined, "quarantined"}, {r.failed, "failed"}, {r.unanswered, "not answered"}} {
+		if c.k > 0 {
+			fmt.Fprintf(&b, ", %d %s", c.k, c.what)
+		}
+	}
+	return b.String()
+}
+
+// Is reports whether target is errRefused.
+func (r refusal) Is(target error) bool { return target == errRefused }
 
 // ExtendError is the error of a failed extension round (Extend, and the
 // Err of ExtendFailed and Lost events), with each node's outcome. A lost
@@ -53,20 +113,29 @@ func (e *ExtendError) Error() string {
 // Unwrap returns the Cause.
 func (e *ExtendError) Unwrap() error { return e.Cause }
 
-// FormatOutcomes lists the nodes' outcomes for an error text.
+// FormatOutcomes lists the nodes' outcomes for an error text, each as
+// what the node answered: granted, taken, quarantined until a time (with
+// how to end it for a new node), down, not answered yet, timeout or failed
+// (with why).
 func FormatOutcomes(nodes []NodeOutcome) string {
 	var b strings.Builder
 	for i, n := range nodes {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s: %v", n.Addr, n.Outcome)
-		if n.Err != nil {
-			fmt.Fprintf(&b, " (%s", errtext.Bare(n.Err))
-			if !n.QuarantinedUntil.IsZero() {
-				fmt.Fprintf(&b, " until %s", n.QuarantinedUntil.Format(untilLayout))
-			}
-			b.WriteString(")")
+		fmt.Fprintf(&b, "%s: ", n.Addr)
+		switch {
+		case !n.QuarantinedUntil.IsZero():
+			fmt.Fprintf(&b, "quarantined until %s (it may have lost lock keys; if it is new and empty: engine.MarkNew, or redlease mark-new)",
+				n.QuarantinedUntil.Format(untilLayout))
+		case errors.Is(n.Err, node.ErrNodeDown):
+			fmt.Fprintf(&b, "down (%s)", errtext.Bare(n.Err))
+		case errors.Is(n.Err, ErrNotAnswered):
+			b.WriteString("not answered yet")
+		case n.Err != nil:
+			fmt.Fprintf(&b, "%v (%s)", n.Outcome, errtext.Bare(n.Err))
+		default:
+			fmt.Fprint(&b, n.Outcome)
 		}
 	}
 	return b.String()
