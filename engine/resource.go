@@ -193,7 +193,7 @@ type (
 	started   turn // the head's lease actor runs
 	leaving   turn // Done: the turn leaves the line
 	waitingOn turn // the head was refused by another owner (Line.Wait)
-	handing   turn // the head's lease is released (Line.HandOff)
+	handing   turn // the head's lease is released (Line.HandOff), and it leaves
 	// announced: node announced a release on the resource's channel.
 	announced struct {
 		life uint64
@@ -472,6 +472,7 @@ func (r *resource) handOff(t *turn) {
 	for _, pid := range r.ls.e.pids {
 		r.ls.e.system.Root.Send(pid, c)
 	}
+	r.leave(t)
 }
 
 // queue has the release c queue a successor.
@@ -650,9 +651,14 @@ func (t *turn) Woke(cause lease.WakeCause) {
 // Len implements lease.Line.
 func (t *turn) Len() int { return int(t.r.count.Load()) }
 
-// HandOff implements lease.Line.
-func (t *turn) HandOff(c *node.HandOff) {
+// HandOff implements lease.Line: one message, the hand-off and the leave
+// (a Done that follows is a no-op).
+func (t *turn) HandOff(c *node.HandOff, released bool) {
 	t.handOff = c
+	if !t.left.CompareAndSwap(false, true) {
+		return // left already: nobody queues after it, nor is it in line
+	}
+	t.released = released
 	t.r.inbox.Ask((*handing)(t))
 }
 

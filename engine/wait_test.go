@@ -961,13 +961,12 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 	ls.inspect(key, func(r *resource) { r.w = &watch{on: make([]bool, len(ls.watchers))} }) // contended across engines lately
 	before := time.Now()
 	release := &node.HandOff{Request: node.Request{Key: key, Value: "h"}, TTL: ttl}
-	holder.HandOff(release)
-	ls.inspect(key, func(*resource) {}) // handed off
+	holder.HandOff(release, true)
+	ls.inspect(key, func(*resource) {}) // handed off, and left
 	released := time.Now()
 	if want := fmt.Sprint(waiter.since.UnixMicro()); release.SuccessorSince != want {
 		t.Fatalf("the release queued a caller waiting since %v, want the waiter's %v", release.SuccessorSince, want)
 	}
-	holder.Done(true)
 	back := ls.join(key, "h2", ttl, false)
 	ls.inspect(key, func(*resource) {}) // joined
 	if back.since.After(released) || back.since.Before(before) {

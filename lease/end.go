@@ -85,7 +85,7 @@ func (a *leaseActor) onRelease(m *Release) {
 	err := a.finish(ErrReleased) // before the release may grant the next holder the key
 	if a.cfg.Line != nil {
 		// releaseAll, queueing the next caller: the line sends it.
-		a.cfg.Line.HandOff(a.prepare(a.handOffCmd).(*node.HandOff))
+		a.cfg.Line.HandOff(a.prepare(a.handOffCmd).(*node.HandOff), errors.Is(err, ErrReleased))
 	} else {
 		a.releaseAll()
 	}

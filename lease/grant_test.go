@@ -18,7 +18,7 @@ func (waitLine) Wait(string, time.Time) bool { return true }
 func (waitLine) Woke(WakeCause)              {}
 func (waitLine) Len() int                    { return 1 }
 func (waitLine) Done(bool)                   {}
-func (l waitLine) HandOff(c *node.HandOff) {
+func (l waitLine) HandOff(c *node.HandOff, _ bool) {
 	for _, pid := range l.f.pids {
 		l.f.system.Root.Send(pid, c)
 	}

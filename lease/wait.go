@@ -36,8 +36,10 @@ type Line interface {
 	// release that grants it the key sets), or a place kept for the next
 	// caller. The round of c is counted already. That caller cannot leave
 	// the line meanwhile, so that if it leaves, its leave reaches the nodes
-	// after the release that queued it.
-	HandOff(c *node.HandOff)
+	// after the release that queued it. The lease needs its place no more,
+	// as after Done(released): the lease ended with ErrReleased, not by its
+	// deadline first.
+	HandOff(c *node.HandOff, released bool)
 }
 
 // WakeJitter bounds the random delay between hearing a release and the
