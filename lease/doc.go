@@ -6,10 +6,47 @@
 //
 // # Lifecycle of a lease actor
 //
-// A lease moves through the phases that phase's doc comment draws from
-// the edge table (lease/phase.go), and only along them: every change goes
-// through one function, to, which panics on a move the table lacks. Each
-// phase has one handler, which names every message it acts on:
+// A lease moves through these phases, and only along these moves (each
+// with what makes it); the drawing is the edge table of lease/phase.go,
+// rendered, and every change goes through one function, to, which panics
+// on a move the table lacks:
+//
+//	idle -- begin -->
+//	    acquiring
+//	idle -- begin, WaitFirst: to hear the release of the lease before it in its engine's line -->
+//	    waiting
+//	acquiring -- a quorum in time, with a FenceKey -->
+//	    fencing
+//	acquiring, fencing -- a quorum in time (fencing: of the granting nodes) -->
+//	    held
+//	acquiring -- refused by an owner whose release was heard since, or with a recheck owed: at once -->
+//	    acquiring
+//	acquiring -- refused, with a Line: one other owner holds a quorum, or a split vote -->
+//	    waiting
+//	acquiring, fencing -- refused, timeout, won too late; attempts left -->
+//	    backingOff
+//	acquiring, fencing, backingOff, waiting -- out of attempts or backoff, a quarantine past the deadline, Cancel, Close -->
+//	    failing
+//	backingOff -- the alarm, a Wake -->
+//	    acquiring
+//	waiting -- a Wake (granted, named next, a recheck), the alarm (see waitReason) -->
+//	    acquiring
+//	held -- the alarm (auto-extension), Extend -->
+//	    extending
+//	extending -- a quorum in time (Extended); refused, timeout, too slow (ExtendFailed) -->
+//	    held
+//	held, extending -- Release -->
+//	    releasing
+//	held, extending -- the deadline, Close, a quorum without the lease's key (Lost), a crash -->
+//	    ended
+//	releasing -- a quorum deleted the key, or so many lack it that none can -->
+//	    ended
+//	failing, releasing, ended -- the owed votes are in, or the linger alarm: done -->
+//	    idle
+//	acquiring, fencing, backingOff, waiting, held, extending -- the actor stops (a crash, the pool closing) -->
+//	    idle
+//
+// Each phase has one handler, which names every message it acts on:
 //
 //   - acquiring, fencing (inRound, acquire.go): a round sends Acquire to
 //     all N nodes and counts votes for that round only (votes carry the

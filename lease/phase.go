@@ -6,48 +6,12 @@ import (
 )
 
 // phase is where a lease is. Every change of phase goes through to, which
-// refuses a move that edges lacks. The moves, and what makes each (this
-// block is edges, as TestDiagramIsTheEdgeTable renders it):
-//
-//	idle -- begin -->
-//	    acquiring
-//	idle -- begin, WaitFirst: to hear the release of the lease before it in its engine's line -->
-//	    waiting
-//	acquiring -- a quorum in time, with a FenceKey -->
-//	    fencing
-//	acquiring, fencing -- a quorum in time (fencing: of the granting nodes) -->
-//	    held
-//	acquiring -- refused by an owner whose release was heard since, or with a recheck owed: at once -->
-//	    acquiring
-//	acquiring -- refused, with a Line: one other owner holds a quorum, or a split vote -->
-//	    waiting
-//	acquiring, fencing -- refused, timeout, won too late; attempts left -->
-//	    backingOff
-//	acquiring, fencing, backingOff, waiting -- out of attempts or backoff, a quarantine past the deadline, Cancel, Close -->
-//	    failing
-//	backingOff -- the alarm, a Wake -->
-//	    acquiring
-//	waiting -- a Wake (granted, named next, a recheck), the alarm (see waitReason) -->
-//	    acquiring
-//	held -- the alarm (auto-extension), Extend -->
-//	    extending
-//	extending -- a quorum in time (Extended); refused, timeout, too slow (ExtendFailed) -->
-//	    held
-//	held, extending -- Release -->
-//	    releasing
-//	held, extending -- the deadline, Close, a quorum holds another key (Lost), a crash -->
-//	    ended
-//	releasing -- a quorum confirmed the key gone -->
-//	    ended
-//	failing, releasing, ended -- the owed votes are in, or the linger alarm: done -->
-//	    idle
-//	acquiring, fencing, backingOff, waiting, held, extending -- the actor stops (a crash, the pool closing) -->
-//	    idle
-//
-// Each failed acquire round, and every end of a held lease but its
-// deadline, sends release to every node first. A held lease between
-// rounds parks (see leaseActor): that is its body's state, not a phase;
-// the next message for it binds it an actor, in the phase it parked in.
+// refuses a move that edges lacks; the package doc draws edges (as
+// TestDiagramIsTheEdgeTable checks). Each failed acquire round, and every
+// end of a held lease but its deadline, sends release to every node
+// first. A held lease between rounds parks (see leaseActor): that is its
+// body's state, not a phase; the next message for it binds it an actor,
+// in the phase it parked in.
 type phase uint8
 
 const (
@@ -81,7 +45,7 @@ type edge struct {
 	why  string
 }
 
-// edges is the lease state machine. The doc comment of phase shows it.
+// edges is the lease state machine. The package doc draws it.
 var edges = []edge{
 	{[]phase{idle}, acquiring, "begin"},
 	{[]phase{idle}, waiting, "begin, WaitFirst: to hear the release of the lease before it in its engine's line"},
@@ -96,8 +60,8 @@ var edges = []edge{
 	{[]phase{held}, extending, "the alarm (auto-extension), Extend"},
 	{[]phase{extending}, held, "a quorum in time (Extended); refused, timeout, too slow (ExtendFailed)"},
 	{[]phase{held, extending}, releasing, "Release"},
-	{[]phase{held, extending}, ended, "the deadline, Close, a quorum holds another key (Lost), a crash"},
-	{[]phase{releasing}, ended, "a quorum confirmed the key gone"},
+	{[]phase{held, extending}, ended, "the deadline, Close, a quorum without the lease's key (Lost), a crash"},
+	{[]phase{releasing}, ended, "a quorum deleted the key, or so many lack it that none can"},
 	{[]phase{failing, releasing, ended}, idle, "the owed votes are in, or the linger alarm: done"},
 	{[]phase{acquiring, fencing, backingOff, waiting, held, extending}, idle, "the actor stops (a crash, the pool closing)"},
 }
@@ -121,7 +85,7 @@ func (a *leaseActor) to(p phase) {
 	a.phase = p
 }
 
-// diagram renders edges as the doc comment of phase shows them.
+// diagram renders edges as the package doc draws them.
 func diagram() string {
 	var b strings.Builder
 	for _, e := range edges {

@@ -6,10 +6,10 @@ import (
 	"testing"
 )
 
-// The diagram in phase's doc comment is the edge table, rendered: change
-// one, and this fails until the other says the same.
+// The diagram in the package doc is the edge table, rendered: change one,
+// and this fails until the other says the same.
 func TestDiagramIsTheEdgeTable(t *testing.T) {
-	src, err := os.ReadFile("phase.go")
+	src, err := os.ReadFile("doc.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestDiagramIsTheEdgeTable(t *testing.T) {
 		}
 	}
 	if want := diagram(); got.String() != want {
-		t.Fatalf("phase's diagram is not the edge table; it should read:\n%s", indent(want))
+		t.Fatalf("doc.go's diagram is not the edge table; it should read:\n%s", indent(want))
 	}
 }
 
