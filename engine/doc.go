@@ -42,6 +42,22 @@
 //
 // All methods of Engine and Lease are safe for concurrent use.
 //
+// # Resource actors
+//
+// Each resource in use has a resource actor in the engine: it keeps the
+// line of the engine's callers for the resource (first come, first served;
+// only the first runs rounds), the watch on its release announcements, and
+// the place a release kept for the next caller, and answers a TryAcquire
+// on a resource held here without a round. Its states:
+//
+//	(none) -- a caller joins (Acquire, TryAcquire) --> active
+//	active -- the last caller leaves, the line unwatched --> gone
+//	active -- the last caller leaves, the line watched --> lingering
+//	lingering -- a caller joins --> active
+//	lingering -- a second passes (lineLinger) --> gone: its watch dropped, its kept place left
+//
+// A lease's own states are drawn in package lease.
+//
 // # Locks
 //
 // Two kinds of mutex remain beside the actors, each taken before the

@@ -33,17 +33,10 @@ import (
 // while the resource actor only keeps its line.
 //
 // The engine keeps only a map from resource key to actor (lines.shards).
-// A resource actor is in one of three states:
-//
-//	(none) -- a caller joins (Acquire, TryAcquire) --> active
-//	active -- the last caller leaves, the line unwatched --> gone
-//	active -- the last caller leaves, the line watched --> lingering
-//	lingering -- a caller joins --> active
-//	lingering -- lineLinger passes --> gone (its watch dropped, its kept place left)
-//
-// Gone, it is out of the map, and kept for the next resource to come
-// (recycle); the next caller of this one makes another. A join on its way
-// (joining, counted under its shard's lock) keeps it from going.
+// Its states are drawn in the package doc. Gone, it is out of the map, and
+// kept for the next resource to come (recycle); the next caller of this
+// one makes another. A join on its way (joining, counted under its
+// shard's lock) keeps it from going.
 //
 // A head refused by another owner (another engine's lease) waits for that
 // owner's release, which the release script announces on the resource's
