@@ -244,8 +244,8 @@ func TestReleaseKeepsForeignKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatalf("Release: %v", err)
+	if err := l.Release(ctx); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("Release of a lease whose keys another owner holds: %v, want ErrLeaseLost", err)
 	}
 	if got := count(values(t, c, "cache"), "other-owner"); got != 5 {
 		t.Fatalf("other owner's key survives on %d nodes, want 5", got)

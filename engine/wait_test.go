@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -118,8 +119,14 @@ func TestWaiterWakesOnRelease(t *testing.T) {
 			break
 		}
 	}
-	if got := strings.Join(kinds, " "); !strings.HasPrefix(got, "Waiting:") || !strings.Contains(got, "Woken:release Acquired:") {
-		t.Fatalf("events %s: want Waiting, then Woken by the release just before Acquired", got)
+	// After the last wait, the release wakes the waiter. On a loaded
+	// machine its round may reach a node before that node's release, and
+	// fail: then it looks again at once (a recheck), still no polling.
+	seen := strings.Join(kinds, " ")
+	last := strings.LastIndex(seen, "Waiting:")
+	if !strings.HasPrefix(seen, "Waiting:") || last < 0 ||
+		!regexp.MustCompile(`^Waiting:\S* Woken:release( Woken:recheck)* Acquired:`).MatchString(seen[last:]) {
+		t.Fatalf("events %s: want Waiting, then Woken by the release (and rechecks) before Acquired", seen)
 	}
 	_ = w.l.Release(t.Context())
 }
