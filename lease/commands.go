@@ -39,19 +39,14 @@ func (a *leaseActor) cleanUp(announce bool) {
 // send starts a new round: cmd to the nodes in to (all when nil), the same
 // message to each (node actors only read it).
 func (a *leaseActor) send(cmd func(node.Request) node.Command, to []int) {
-	a.sendAt(cmd, to, time.Now())
+	a.sendAt(cmd, to, a.now())
 }
 
 // sendAt is send, for a round that starts at now.
 func (a *leaseActor) sendAt(cmd func(node.Request) node.Command, to []int, now time.Time) {
-	a.round++
-	a.takeVotes()
-	clear(a.votes)
-	c := cmd(node.Request{Key: a.cfg.Key, Grants: a.cfg.Grants, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: now})
+	c := a.newRound(cmd, now)
 	if to == nil {
-		for _, pid := range a.cfg.Nodes {
-			a.pool.system.Root.Send(pid, c)
-		}
+		a.sendAll(c)
 		a.owed += len(a.cfg.Nodes)
 		return
 	}
@@ -59,6 +54,33 @@ func (a *leaseActor) sendAt(cmd func(node.Request) node.Command, to []int, now t
 		a.pool.system.Root.Send(a.cfg.Nodes[i], c)
 	}
 	a.owed += len(to)
+}
+
+// newRound numbers a new round, readies its votes, and makes its command,
+// sent at now: the one place a round's request is made (send, and prepare
+// for a Line to send). The caller counts the votes it is owed.
+func (a *leaseActor) newRound(cmd func(node.Request) node.Command, now time.Time) node.Command {
+	a.round++
+	a.takeVotes()
+	clear(a.votes)
+	return cmd(a.request(a.round, now))
+}
+
+// request is the lease's node.Request for round (0: nobody waits for
+// the answers), sent at now.
+func (a *leaseActor) request(round uint64, now time.Time) node.Request {
+	r := node.Request{Key: a.cfg.Key, Grants: a.cfg.Grants, Value: a.cfg.Value, Round: round, Sent: now}
+	if round != 0 {
+		r.ReplyTo, r.Inbox = a.self, a.mailbox
+	}
+	return r
+}
+
+// sendAll sends c to every node.
+func (a *leaseActor) sendAll(c node.Command) {
+	for _, pid := range a.cfg.Nodes {
+		a.pool.system.Root.Send(pid, c)
+	}
 }
 
 // takeVotes gives the actor a vote slice for a round, if it has none.
@@ -147,8 +169,7 @@ func (a *leaseActor) leaveQueues() {
 			continue
 		}
 		if c == nil {
-			c = &node.Leave{Request: node.Request{Key: a.cfg.Key, Grants: a.cfg.Grants, Value: a.cfg.Value, Sent: time.Now()},
-				TTL: a.cfg.TTL, KeepGrant: true}
+			c = &node.Leave{Request: a.request(0, a.now()), TTL: a.cfg.TTL, KeepGrant: true}
 		}
 		a.pool.system.Root.Send(a.cfg.Nodes[i], c)
 	}

@@ -93,14 +93,11 @@ func (a *leaseActor) onRelease(m *Release) {
 	a.release = m.Reply
 }
 
-// prepare counts a round whose command to every node it returns, for
-// another to send: a.send, but for the sending.
+// prepare counts a round whose command to every node it returns, for a
+// Line to send (Line.HandOff).
 func (a *leaseActor) prepare(cmd func(node.Request) node.Command) node.Command {
-	a.round++
-	a.takeVotes()
-	clear(a.votes)
 	a.owed += len(a.cfg.Nodes)
-	return cmd(node.Request{Key: a.cfg.Key, Grants: a.cfg.Grants, Value: a.cfg.Value, Round: a.round, ReplyTo: a.self, Inbox: a.mailbox, Sent: a.now()})
+	return a.newRound(cmd, a.now())
 }
 
 // closeHeld ends a held lease because the engine closes.

@@ -155,34 +155,6 @@ const ReleasedSuffix = ":released"
 // to the next waiter it names (see Announcement).
 const GrantedSuffix = " g"
 
-// queueKeys makes the queue keys of lock keys, and remembers them: a
-// node's commands mostly go to keys it saw lately, so this saves an
-// allocation per command. A sender goroutine keeps one.
-type queueKeys struct {
-	last, lastGrants string
-	grants           map[string]string // by lock key: <lock>:queue:grants
-}
-
-// maxQueueKeys bounds queueKeys' memory; past it, it starts again.
-const maxQueueKeys = 4096
-
-// of returns lock's queue and its grants: the queue key is the start of
-// the grants key, so both cost one string.
-func (q *queueKeys) of(lock string) (queue, grants string) {
-	if lock != q.last {
-		g, ok := q.grants[lock]
-		if !ok {
-			if q.grants == nil || len(q.grants) == maxQueueKeys {
-				q.grants = make(map[string]string)
-			}
-			g = lock + queueSuffix + grantsSuffix
-			q.grants[lock] = g
-		}
-		q.last, q.lastGrants = lock, g
-	}
-	return q.lastGrants[:len(lock)+len(queueSuffix)], q.lastGrants
-}
-
 // code is e's command in the script. A release that is sent again
 // silently lost its successor (see settle), so it is chosen here, at
 // each sending.
@@ -215,28 +187,30 @@ func (e *entry) code() code {
 	return codeReleaseFull // leaving silently
 }
 
-// queueKeys are r.Key's queue and grants keys: slices of r.Grants, or
-// made (and remembered) by the sender.
-func (s *scriptArgs) queueKeys(r *Request) (queue, grants string) {
-	if n := len(r.Key) + len(queueSuffix) + len(grantsSuffix); len(r.Grants) == n && r.Grants[:len(r.Key)] == r.Key {
-		return r.Grants[:len(r.Key)+len(queueSuffix)], r.Grants
+// queueKeys are r.Key's queue and grants keys: slices of r.Grants (a
+// lease's commands carry it: LockKeys), or one string made here (the
+// engine's own leaves, tests).
+func queueKeys(r *Request) (queue, grants string) {
+	grants = r.Grants
+	if n := len(r.Key) + len(queueSuffix) + len(grantsSuffix); len(grants) != n || grants[:len(r.Key)] != r.Key {
+		grants = r.Key + queueSuffix + grantsSuffix
 	}
-	return s.queues.of(r.Key)
+	return grants[:len(r.Key)+len(queueSuffix)], grants
 }
 
 // add appends e's code, keys and arguments, as its row names them.
 func (s *scriptArgs) add(e *entry, ttl *millis) {
 	c := &scriptCmds[e.code()]
 	s.args = append(s.args, c.code)
+	var queue, grants string
 	for _, k := range c.keys {
 		switch k {
 		case keyLock:
 			s.keys = append(s.keys, e.req.Key)
 		case keyQueue:
-			queue, _ := s.queueKeys(e.req)
+			queue, grants = queueKeys(e.req) // grants follows queue in every row
 			s.keys = append(s.keys, queue)
 		case keyGrants:
-			_, grants := s.queueKeys(e.req)
 			s.keys = append(s.keys, grants)
 		case keyFence:
 			s.keys = append(s.keys, e.fenceKey)

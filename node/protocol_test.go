@@ -144,8 +144,7 @@ func TestParseAnnouncement(t *testing.T) {
 // The key names are the ones deployed nodes hold: a change would orphan
 // every lock, queue and marker there.
 func TestKeyNames(t *testing.T) {
-	var q queueKeys
-	queue, grants := q.of("p:{r}")
+	queue, grants := queueKeys(&Request{Key: "p:{r}"})
 	for _, tt := range []struct{ got, want string }{
 		{LockKey("p:", "r"), "p:{r}"},
 		{FenceKey("p:{r}"), "p:{r}:fence"},
@@ -158,11 +157,13 @@ func TestKeyNames(t *testing.T) {
 			t.Errorf("key %q, want %q", tt.got, tt.want)
 		}
 	}
-	if q2, g2 := q.of("p:{s}"); q2 != "p:{s}:queue" || g2 != "p:{s}:queue:grants" {
-		t.Errorf("the next key's queue keys are %q, %q", q2, g2)
-	}
-	if q3, _ := q.of("p:{r}"); q3 != queue {
-		t.Errorf("the first key's queue is %q again, want %q", q3, queue)
+	// add makes a row's grants key with its queue key, just before it.
+	for _, c := range scriptCmds {
+		for i, k := range c.keys {
+			if k == keyGrants && (i == 0 || c.keys[i-1] != keyQueue) {
+				t.Errorf("code %s: grants not right after queue in its KEYS", c.code)
+			}
+		}
 	}
 }
 
@@ -174,13 +175,12 @@ func TestLockKeys(t *testing.T) {
 	if lock != LockKey("p:", "r") || grants != lock+queueSuffix+grantsSuffix {
 		t.Fatalf("LockKeys = %q, %q", lock, grants)
 	}
-	var s scriptArgs
-	q1, g1 := s.queueKeys(&Request{Key: lock, Grants: grants})
-	q2, g2 := s.queueKeys(&Request{Key: lock})
+	q1, g1 := queueKeys(&Request{Key: lock, Grants: grants})
+	q2, g2 := queueKeys(&Request{Key: lock})
 	if q1 != q2 || g1 != g2 || q1 != lock+queueSuffix {
 		t.Fatalf("queue keys %q %q from the request, %q %q made", q1, g1, q2, g2)
 	}
-	if q, _ := s.queueKeys(&Request{Key: "other", Grants: grants}); q != "other"+queueSuffix {
+	if q, _ := queueKeys(&Request{Key: "other", Grants: grants}); q != "other"+queueSuffix {
 		t.Fatalf("a request whose Grants is not its key's: queue %q", q)
 	}
 }

@@ -56,7 +56,6 @@ func (m *millis) format(d time.Duration) string {
 // keeps one and reuses it.
 type scriptArgs struct {
 	keys, args []string
-	queues     queueKeys
 }
 
 // build returns the batch script's call for batch (EVALSHA: a probe loads
