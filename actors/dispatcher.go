@@ -14,7 +14,7 @@ import (
 // all are busy and the queue is full, a run falls back to a goroutine of
 // its own rather than wait.
 type Dispatcher struct {
-	runs    chan func()
+	runs    chan runner
 	workers int
 	wg      sync.WaitGroup
 	once    sync.Once
@@ -32,30 +32,40 @@ const (
 
 // NewDispatcher starts the workers: workersPerCPU per CPU.
 func NewDispatcher() *Dispatcher {
-	d := &Dispatcher{runs: make(chan func(), queueSize), workers: workersPerCPU * runtime.GOMAXPROCS(0)}
+	d := &Dispatcher{runs: make(chan runner, queueSize), workers: workersPerCPU * runtime.GOMAXPROCS(0)}
 	for range d.workers {
 		d.wg.Go(func() {
-			for run := range d.runs {
-				if run == nil {
+			for r := range d.runs {
+				if r == nil {
 					return // Stop's signal
 				}
-				run()
+				r.run()
 			}
 		})
 	}
 	return d
 }
 
-// Schedule runs fn on a worker, or on a new goroutine when none is free.
-func (d *Dispatcher) Schedule(fn func()) {
+// runner is what a worker runs: a mailbox's run (a func) or an Inbox,
+// which needs no func value of its own that way.
+type runner interface{ run() }
+
+type runFunc func()
+
+func (f runFunc) run() { f() }
+
+// Schedule runs f on a worker, or on a new goroutine when none is free.
+func (d *Dispatcher) Schedule(f func()) { d.schedule(runFunc(f)) }
+
+func (d *Dispatcher) schedule(r runner) {
 	if d.stopped.Load() {
-		go fn()
+		go r.run()
 		return
 	}
 	select {
-	case d.runs <- fn:
+	case d.runs <- r:
 	default:
-		go fn()
+		go r.run()
 	}
 }
 

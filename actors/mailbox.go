@@ -104,7 +104,7 @@ func (m *Mailbox) Start() {}
 func (m *Mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.user.n
+	return int(m.user.n)
 }
 
 // process handles messages until both queues are empty (or only user
@@ -175,24 +175,24 @@ func (m *Mailbox) handle(limit int) {
 // ring is a FIFO queue on a circular slice that doubles when full.
 type ring struct {
 	buf     []any
-	head, n int
+	head, n int32 // int32: an Inbox is a field of every resource actor
 }
 
 func (r *ring) push(v any) {
-	if r.n == len(r.buf) {
+	if int(r.n) == len(r.buf) {
 		grown := make([]any, max(4, 2*len(r.buf)))
 		k := copy(grown, r.buf[r.head:])
 		copy(grown[k:], r.buf[:r.head])
 		r.buf, r.head = grown, 0
 	}
-	r.buf[(r.head+r.n)%len(r.buf)] = v
+	r.buf[(int(r.head)+int(r.n))%len(r.buf)] = v
 	r.n++
 }
 
 func (r *ring) pop() any {
 	v := r.buf[r.head]
 	r.buf[r.head] = nil
-	r.head = (r.head + 1) % len(r.buf)
+	r.head = (r.head + 1) % int32(len(r.buf))
 	r.n--
 	return v
 }

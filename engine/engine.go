@@ -322,8 +322,12 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	} else if err != nil {
 		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
 	}
-	if t.refused != nil {
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: t.refused}
+	if t.refused || t.crashed {
+		cause := errHeldHere
+		if t.crashed {
+			cause = errCrashed
+		}
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: cause}
 	}
 	cfg.Line = t
 	if attempts > 1 {

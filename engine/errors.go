@@ -42,6 +42,9 @@ var (
 	// errHeldHere: TryAcquire on a resource that this engine holds, or
 	// that a caller of Acquire waits for, fails without a round.
 	errHeldHere = errors.New("redlease: this engine holds the resource, or a caller of it waits for it")
+	// errCrashed: the resource actor panicked on a caller's join (a bug,
+	// which the engine's logger reports with the panic's value).
+	errCrashed = errors.New("redlease: resource actor panicked (the logger says why)")
 	// ErrLiveLocks: MarkNew marked nothing, as a node holds a lock key, so
 	// leases may be live, and a node without their keys may have lost
 	// them.

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/redlease/redlease/internal/testwait"
 	"github.com/redlease/redlease/lease"
@@ -517,5 +518,19 @@ func TestCloseDropsReleasesForADownNode(t *testing.T) {
 	}
 	if pttl <= 0 || pttl > 5*time.Second {
 		t.Fatalf("the key on the node that was down lives %v more, want its TTL's rest (the release dropped)", pttl)
+	}
+}
+
+// A held lease's resource actor and turn cost no more than the line and
+// turn of the version before the resource actor (192 and 112 bytes, Go's
+// size classes): what `go run ./bench -workload held` measures per lease.
+// A field that must be added goes in watch, which only waited-for
+// resources have, or pays for itself in the commit that adds it.
+func TestHeldResourceFootprint(t *testing.T) {
+	if n := unsafe.Sizeof(resource{}); n > 192 {
+		t.Errorf("a resource actor is %d bytes, want at most 192", n)
+	}
+	if n := unsafe.Sizeof(turn{}); n > 112 {
+		t.Errorf("a turn is %d bytes, want at most 112", n)
 	}
 }

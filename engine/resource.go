@@ -54,40 +54,40 @@ import (
 // engine's waiters only while it can tell them so.
 type resource struct {
 	ls    *lines
-	sh    *shard // of the map it is in
 	key   string // its lock key (name: the resource's name)
 	inbox actors.Inbox
 
-	// joining: joins posted and not yet handled; raised under sh.mu, and
-	// read there before the actor leaves the map.
-	joining atomic.Int32
 	// life counts its recycles: a watcher's message found it in the map
-	// in this life (see recycle).
-	life atomic.Uint64
+	// in this life (see recycle). Lives pass only between a lookup and
+	// its Post (a queued message holds a recycle off): 32 bits are many
+	// more than can.
+	life atomic.Uint32
+	// joining: joins posted and not yet handled; raised under its
+	// shard's lock, and read there before the actor leaves the map.
+	joining atomic.Int32
 
 	// Read by other goroutines: the callers in line (Line.Len, Stats),
 	// the head (Stats), and whether an announcement can reach the head:
 	// the watch was not asked yet, or some node answered or still may
 	// (Line.Wait).
-	count     atomic.Int32
 	head      atomic.Pointer[turn]
+	count     atomic.Int32
 	unwatched atomic.Bool // no watch asked yet
 	canWake   atomic.Bool
 
 	// The actor's own.
-	isGone bool    // out of the map: recycled once its inbox is empty
-	turns  []*turn // turns[0] is the head
-	w      *watch  // from the line's first wait
+	isGone bool // out of the map: recycled once its inbox is empty
 	// releasing: a local lease ended by a release the nodes are
-	// announcing, and no announcement came since; next: the waiter the
-	// last one named next (another engine's, or a head of this line), who
-	// goes before a new head.
+	// announcing, and no announcement came since.
 	releasing bool
-	next      string
-	// heard: the holder (node.Digest) of the last announced release, so
+	turns     []*turn // turns[0] is the head
+	w         *watch  // from the line's first wait
+	// next: the waiter the last announcement named next (another
+	// engine's, or a head of this line), who goes before a new head;
+	// heard: the holder (node.Digest) of the release it announced, so
 	// that a head whose release was heard before its lease ended does not
 	// wait for it again.
-	heard string
+	next, heard string
 }
 
 // watch is a resource actor's watch on its release channel, made at its
@@ -150,33 +150,34 @@ type turn struct {
 	since time.Time     // when the caller joined the line
 	value string        // its lease's owner value
 	ttl   time.Duration // its lease's TTL
+	// The head's lease actor, set by the caller before it posts started;
+	// running (below): the actor has seen that message (only it reads st
+	// and ref).
+	st      *lease.State
+	ref     lease.Ref
+	handOff *node.HandOff // the final release HandOff sends
 	// settled: the turn became the head, or was refused (settle); wake is
 	// made by a caller that must wait for that (await).
-	settled atomic.Bool
 	wake    atomic.Pointer[chan struct{}]
+	settled atomic.Bool
+	held    atomic.Bool // its lease is held
+	// left: Done was called (the first call posts leaving); released: what
+	// it said.
+	left     atomic.Bool
+	released bool
 	// try: a caller of TryAcquire, refused (without a round: errHeldHere)
-	// when the line has a caller already.
-	try     bool
-	refused error
+	// when the line has a caller already; crashed: the actor panicked
+	// on its join. Either way its caller does not lead.
+	try, refused, crashed bool
 	// Set when the turn becomes the head: wait for the announcement of
 	// the previous lease's release before the first round; the line is
 	// watched (its heads were refused by other engines lately).
 	waitFirst, contended bool
 	// queued: the previous lease's release put it in the nodes' queues
 	// of waiters (HandOff).
-	queued bool
-	// The head's lease actor, set by the caller before it posts started;
-	// running: the actor has seen that message (only it reads st and ref).
-	st      *lease.State
-	ref     lease.Ref
+	queued  bool
 	running bool
-	held    atomic.Bool // its lease is held
-	// left: Done was called (the first call posts leaving); released: what
-	// it said.
-	left     atomic.Bool
-	released bool
-	handOff  *node.HandOff // the final release HandOff sends
-	gone     bool          // the actor took it out of the line
+	gone    bool // the actor took it out of the line
 }
 
 // The messages of a resource actor. Those about a turn are the turn
@@ -189,7 +190,7 @@ type (
 	handing   turn // the head's lease is released (Line.HandOff), and it leaves
 	// announced: node announced a release on the resource's channel.
 	announced struct {
-		life uint64
+		life uint32
 		node int
 		node.Announcement
 	}
@@ -197,7 +198,7 @@ type (
 	// node's watcher lost its connection (it says when it listens again).
 	// The actor drops those of another life than its own (see recycle).
 	watched struct {
-		life uint64
+		life uint32
 		node int
 		ok   bool
 	}
@@ -212,15 +213,15 @@ type (
 	}
 )
 
-// newResource makes the actor of the resource with lock key key, in the
-// map's shard sh, or gives one that is gone a new life (recycle).
-func (ls *lines) newResource(key string, sh *shard) *resource {
+// newResource makes the actor of the resource with lock key key, or
+// gives one that is gone a new life (recycle).
+func (ls *lines) newResource(key string) *resource {
 	r, _ := ls.gone.Get().(*resource)
 	if r == nil {
 		r = &resource{ls: ls}
 		r.inbox.Init(ls.e.dispatch, r)
 	}
-	r.sh, r.key = sh, key
+	r.key = key
 	r.unwatched.Store(true)
 	return r
 }
@@ -304,7 +305,7 @@ func (r *resource) Crashed(reason, msg any) {
 		"panic", reason, "message", fmt.Sprintf("%T", msg))
 	if t, ok := msg.(*joining); ok && !t.settled.Load() {
 		// Its caller waits for nothing else.
-		(*turn)(t).refused = fmt.Errorf("redlease: resource actor panicked: %v", reason)
+		(*turn)(t).crashed = true
 		(*turn)(t).settle()
 	}
 }
@@ -322,7 +323,7 @@ func (r *resource) join(t *turn) {
 	if t.try && len(r.turns) > 0 {
 		// Held or being acquired here: a round could only lose, or win
 		// against a caller of this engine that came first.
-		t.refused, t.gone = errHeldHere, true
+		t.refused, t.gone = true, true
 		t.settle()
 		return
 	}
@@ -506,7 +507,7 @@ func (r *resource) leave(t *turn) {
 // stopIfIdle takes the actor out of the engine's map, unless a caller is
 // on the way: it is gone.
 func (r *resource) stopIfIdle() bool {
-	sh := r.sh
+	sh := r.ls.shard(r.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if r.joining.Load() > 0 || sh.byKey[r.key] != r {

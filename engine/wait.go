@@ -89,7 +89,7 @@ func (ls *lines) shard(key string) *shard {
 
 // find is the actor of the resource with lock key key, or nil, and its
 // life (see recycle).
-func (ls *lines) find(key string) (*resource, uint64) {
+func (ls *lines) find(key string) (*resource, uint32) {
 	sh := ls.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -121,7 +121,7 @@ func (ls *lines) join(key, value string, ttl time.Duration, try bool) *turn {
 	sh.mu.Lock()
 	r := sh.byKey[key]
 	if r == nil {
-		r = ls.newResource(key, sh)
+		r = ls.newResource(key)
 		sh.byKey[key] = r
 	}
 	r.joining.Add(1)
