@@ -116,7 +116,10 @@ func (ls *lines) each(f func(*resource)) {
 // resource with lock key key, and returns its turn; the caller awaits it,
 // then reads its fields.
 func (ls *lines) join(key, value string, ttl time.Duration, try bool) *turn {
-	t := &turn{since: time.Now(), value: value, ttl: ttl, try: try}
+	t := &turn{value: value, ttl: ttl, try: try}
+	if !try {
+		t.since = time.Now() // a try turn is never queued: it needs no place by time
+	}
 	sh := ls.shard(key)
 	sh.mu.Lock()
 	r := sh.byKey[key]
