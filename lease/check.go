@@ -62,7 +62,8 @@ type Reading struct {
 	// the round's start plus TTL, less the drift (Drift(TTL)), since each
 	// node answered after the start; zero below a quorum.
 	Until time.Time
-	votes []node.Vote
+	Start time.Time   // the round's
+	Votes []node.Vote // the round's, by node
 }
 
 // Read reads the votes of a check round that started at start.
@@ -74,7 +75,7 @@ func Read(votes []node.Vote, start time.Time, driftFactor float64) Reading {
 			ttls = append(ttls, v.TTL)
 		}
 	}
-	r := Reading{Holding: len(ttls), votes: votes}
+	r := Reading{Holding: len(ttls), Start: start, Votes: votes}
 	q := Quorum(len(votes))
 	if len(ttls) < q {
 		return r
@@ -86,7 +87,7 @@ func Read(votes []node.Vote, start time.Time, driftFactor float64) Reading {
 }
 
 // Quorum reports whether a quorum of the nodes holds the value.
-func (r Reading) Quorum() bool { return r.Holding >= Quorum(len(r.votes)) }
+func (r Reading) Quorum() bool { return r.Holding >= Quorum(len(r.Votes)) }
 
 // Resumes says whether a lease of ttl, read now, may be held on r's word
 // (Config.Resumed): nil when a quorum holds its value with more than
@@ -97,8 +98,8 @@ func (r Reading) Quorum() bool { return r.Holding >= Quorum(len(r.votes)) }
 // a refusal counting what the nodes answered (some did not answer, or
 // sit out a quarantine: the value may still be held).
 func (r Reading) Resumes(now time.Time, ttl time.Duration) error {
-	n, notMine := len(r.votes), 0
-	for _, v := range r.votes {
+	n, notMine := len(r.Votes), 0
+	for _, v := range r.Votes {
 		if v.Outcome == node.Taken {
 			notMine++
 		}
@@ -109,9 +110,9 @@ func (r Reading) Resumes(now time.Time, ttl time.Duration) error {
 	case r.Quorum():
 		return errExpiresSoon
 	case n-notMine < Quorum(n):
-		return lost(refused(r.votes, true))
+		return lost(refused(r.Votes, true))
 	}
-	return refused(r.votes, true)
+	return refused(r.Votes, true)
 }
 
 // Resumed starts a lease held already, under its Value, by an earlier
