@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -184,6 +185,12 @@ func TestResumeInAnotherEngine(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), first.Value()[:10]) {
 		t.Fatalf("a refusal tells the holder's secret: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := other.Acquire(short, "job"); !errors.As(err, &ae) || ae.HeldBy != "web-1 pid 7" ||
+		!errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), `held by "web-1 pid 7"`) {
+		t.Fatalf("a blocked Acquire = %v, want it to end with its context, held by web-1 pid 7", err)
 	}
 	for i, n := range ae.Nodes { // the round is decided at a quorum of refusals
 		if (n.Outcome != Taken || n.HeldBy != "web-1 pid 7" || !n.QuarantinedUntil.IsZero()) && !errors.Is(n.Err, lease.ErrNotAnswered) {
