@@ -30,8 +30,9 @@
 // of waiters (<lock key>:queue) and the queue's grants
 // (<lock key>:queue:grants); the batch's first key is the epoch marker
 // (EpochKey). The Go commands are named for what a lease does: Acquire,
-// Extend, Fence, Queue, and the releases Release, HandOff, Cleanup and
-// Leave.
+// Extend, Fence, Queue, the releases Release, HandOff, Cleanup and
+// Leave, and Check, which only reads. An owner value may carry a meta
+// (MetaSep, MetaOf), which refusals and checks answer: never the value.
 //
 // A Watcher, beside the actor and on a connection of its own, hears the
 // releases the release script announces (Announcement; waiting callers

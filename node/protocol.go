@@ -28,6 +28,7 @@ const (
 	codeReleaseFull                  // s: every option of a release
 	codeQueue                        // q
 	codeFence                        // f
+	codeCheck                        // c
 )
 
 // key names a key a command takes in KEYS.
@@ -74,9 +75,9 @@ type scriptCmd struct {
 	reply string
 }
 
-// Replies of the acquires: granted, refused (the holder's key's PTTL and
-// Digest), or the epoch marker is not the one required.
-const acquireReply = "1 | {0, pttl, holder} | -1"
+// Replies of the acquires: granted, refused (the holder's key's PTTL,
+// Digest and MetaOf), or the epoch marker is not the one required.
+const acquireReply = "1 | {0, pttl, holder, meta} | -1"
 
 // scriptCmds is the protocol, by code. Only the commands that may touch
 // the queue of waiters carry its keys: the others are the commonest.
@@ -85,7 +86,7 @@ var scriptCmds = [...]scriptCmd{
 	codeAcquireQueueing: {"w", "acquire, queueing", []key{keyLock, keyQueue, keyGrants},
 		[]arg{argValue, argTTL, argSince}, acquireReply},
 	codeAcquireFenced: {"A", "fenced acquire", []key{keyLock, keyQueue, keyGrants, keyFence},
-		[]arg{argValue, argTTL, argSince}, "{1, counter} | {0, pttl, holder} | -1"},
+		[]arg{argValue, argTTL, argSince}, "{1, counter} | {0, pttl, holder, meta} | -1"},
 	codeExtend:           {"e", "extend", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0"},
 	codeRelease:          {"d", "release", []key{keyLock}, []arg{argValue}, "1 | 0"},
 	codeReleaseAnnounced: {"r", "release, announced", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "1 | 0"},
@@ -96,6 +97,7 @@ var scriptCmds = [...]scriptCmd{
 		"1 | 0"},
 	codeQueue: {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argSince, argTTL}, "1"},
 	codeFence: {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
+	codeCheck: {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | 0 | -1"},
 }
 
 // header is c's lines in batch.lua's header.
@@ -147,6 +149,20 @@ func FenceKey(lockKey string) string { return lockKey + fenceSuffix }
 // versions from overwriting each other's marker in a rolling upgrade.)
 func EpochKey(prefix string) string { return prefix + epochName }
 
+// MetaSep ends the random part of an owner value that carries a meta
+// (engine.WithMeta): <random part>|<meta>. The random part is URL-safe
+// base64, which never holds it.
+const MetaSep = "|"
+
+// MetaOf is the meta an owner value carries: what follows its first
+// MetaSep, or "" for none.
+func MetaOf(value string) string {
+	if i := strings.Index(value, MetaSep); i >= 0 {
+		return value[i+len(MetaSep):]
+	}
+	return ""
+}
+
 // ReleasedSuffix makes a lock key's release channel (see Announcement); it
 // keeps the key's hash tag.
 const ReleasedSuffix = ":released"
@@ -173,6 +189,8 @@ func (e *entry) code() code {
 		return codeQueue
 	case opFence:
 		return codeFence
+	case opCheck:
+		return codeCheck
 	}
 	switch {
 	case e.successor != "" || e.keep:
