@@ -182,11 +182,13 @@ func (w *worker) do(ctx context.Context, lease *engine.Lease, job string) error 
 		log.Printf("job %s: %v", job, context.Cause(lease.Context()))
 		return nil
 	}
-	// A last look, and then the write. Nothing can make the two one step:
-	// this process may stop between them for longer than the lease has
-	// left, and another worker may take the job over meanwhile. The
-	// store's fence is what refuses this write then.
-	if lease.Err() != nil {
+	// A last look, and then the write. The lease may have passed its
+	// validity deadline before it says so (this process may have been
+	// stopped), so the look is at Until too. Nothing can make the look
+	// and the write one step: this process may stop between them for
+	// longer than the lease has left, and another worker may take the job
+	// over meanwhile. The store's fence is what refuses this write then.
+	if lease.Err() != nil || !time.Now().Before(lease.Until()) {
 		fmt.Printf("job %s lost %d\n", job, token)
 		return nil
 	}
