@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !linux
 
 package main
 
@@ -8,5 +8,6 @@ import (
 )
 
 // stopSelf stops this process with SIGSTOP, as the -stall flag asks; it
-// returns once something sent SIGCONT.
+// returns once something sent SIGCONT (and may run on for a moment before
+// the signal stops this thread).
 func stopSelf() error { return syscall.Kill(os.Getpid(), syscall.SIGSTOP) }

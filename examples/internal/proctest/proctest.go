@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -154,16 +155,27 @@ func (p *Proc) Kill(t *testing.T) {
 	<-p.exited
 }
 
-// Stopped reports whether the process is stopped (by SIGSTOP), as
-// /proc/<pid>/stat says.
+// Stopped reports whether every thread of the process is stopped (by
+// SIGSTOP), as /proc says. A SIGSTOP sent to a process is taken by one
+// thread, which stops the others: they may run on for a moment.
 func (p *Proc) Stopped() bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
-	if err != nil {
+	dir := fmt.Sprintf("/proc/%d/task", p.Pid())
+	tasks, err := os.ReadDir(dir)
+	if err != nil || len(tasks) == 0 {
 		return false
 	}
-	// The state follows the command name, which is in parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name, which is in parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // Exited reports whether the process has exited and was reaped.
