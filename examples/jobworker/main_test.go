@@ -135,8 +135,12 @@ func TestStalledWorker(t *testing.T) {
 	for i := 1; i <= jobs; i++ {
 		rejected += count(t, store, strconv.Itoa(i), "rejected")
 	}
-	if rejected != stale || stale != 1 {
-		t.Errorf("the store refused %d claims and writes, the workers say %d were stale; want 1 each", rejected, stale)
+	// w0's write is the one refusal of a quiet run (checked above). A
+	// worker whose lease ran out under load may meet one too; it says
+	// so, unless the lease's end cut its claim short after the store
+	// took it.
+	if stale > rejected {
+		t.Errorf("the workers say %d claims and writes were refused, the store counts %d", stale, rejected)
 	}
 	if n, err := store.Do(context.Background(), "SCARD", doneKey); err != nil || n != int64(jobs) {
 		t.Errorf("%d jobs done in the store (%v), want %d", n, err, jobs)

@@ -81,6 +81,7 @@ func TestFailover(t *testing.T) {
 	}
 	time.Sleep(time.Until(stopped.Add(pause))) // the pause's length; the order is settled
 	second.proc.Signal(t, syscall.SIGCONT)
+	resumed := time.Now()
 	var cause string
 	testwait.Eventually(t, 2*time.Second, second.proc.Name+" steps down", func() bool {
 		if f := second.proc.Fields("stepdown", strconv.FormatUint(second.token, 10)); len(f) > 0 {
@@ -89,7 +90,7 @@ func TestFailover(t *testing.T) {
 		}
 		return false
 	})
-	t.Logf("%s stepped down, resumed: %s", second.proc.Name, cause)
+	t.Logf("%s stepped down %v after it was resumed: %s", second.proc.Name, time.Since(resumed).Round(time.Millisecond), cause)
 	if cause != "stale" && cause != "lost" {
 		t.Errorf("%s stepped down as %q, want stale (the store refused its heartbeat) or lost (its lease told it first)", second.proc.Name, cause)
 	}
