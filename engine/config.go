@@ -231,9 +231,15 @@ func (c Config) withDefaults() Config {
 }
 
 func defaultBackOff() backoff.BackOff {
+	return exponentialBackOff(DefaultRetryInitial, DefaultRetryMax)
+}
+
+// exponentialBackOff waits from initial to max, doubling, each wait
+// randomized by ±50%, without end.
+func exponentialBackOff(initial, max time.Duration) *backoff.ExponentialBackOff {
 	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(DefaultRetryInitial),
-		backoff.WithMaxInterval(DefaultRetryMax),
+		backoff.WithInitialInterval(initial),
+		backoff.WithMaxInterval(max),
 		backoff.WithMultiplier(2),
 		backoff.WithRandomizationFactor(0.5),
 		backoff.WithMaxElapsedTime(0), // the context and RetryAttempts bound it

@@ -306,6 +306,9 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	if attempts > 1 {
 		cfg.NewBackOff = o.newBackOff
+		if o.attempts > 0 { // WithRetryAttempts; a TryAcquire makes one round whatever it says
+			cfg.Attempts = o.attempts
+		}
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.Deadline = dl

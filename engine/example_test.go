@@ -88,3 +88,29 @@ func ExampleLease_Events() {
 }
 
 func lead(ctx context.Context) { <-ctx.Done() }
+
+// Retry on a schedule of your own without importing a backoff package:
+// waits from 20ms, doubling up to a second, each randomized.
+func ExampleWithRetryDelay() {
+	var e *engine.Engine // from engine.New
+	lease, err := e.Acquire(context.Background(), "invoice:42", engine.WithRetryDelay(20*time.Millisecond, time.Second))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer lease.Release(context.Background())
+}
+
+// Give up after three rounds that failed for want of nodes; waiting for
+// a holder's release does not count (the context bounds that).
+func ExampleWithRetryAttempts() {
+	var e *engine.Engine // from engine.New
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := e.Acquire(ctx, "invoice:42", engine.WithRetryAttempts(3))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer lease.Release(context.Background())
+}
