@@ -230,7 +230,9 @@ func checkNew(ctx context.Context, cfg *Config) error {
 const MaxResourceLen = 8 << 10
 
 // Acquire takes the lease on resource, waiting until it is held, ctx
-// ends, or Config.RetryAttempts rounds failed.
+// ends, or Config.RetryAttempts rounds failed. ctx bounds the acquiring
+// only: the lease outlives it by design, until released, lost or expired
+// (Lease.Context ends with the lease; Lease.WithContext with either).
 //
 // Callers of Acquire for one resource on one engine queue first come,
 // first served, and only the first runs rounds on the nodes; the next

@@ -114,3 +114,15 @@ func ExampleWithRetryAttempts() {
 	}
 	defer lease.Release(context.Background())
 }
+
+// Serve a request under a lease: the work stops when the request's
+// context ends or when the lease does, and context.Cause says which.
+func ExampleLease_WithContext() {
+	var lease *engine.Lease // from Acquire, held beyond this request
+	var request context.Context
+	ctx, cancel := lease.WithContext(request)
+	defer cancel()
+	if err := writeInvoice(ctx, 42); err != nil {
+		log.Printf("stopped: %v", context.Cause(ctx)) // e.g. ErrLeaseLost, or the request's end
+	}
+}
