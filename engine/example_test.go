@@ -126,3 +126,16 @@ func ExampleLease_WithContext() {
 		log.Printf("stopped: %v", context.Cause(ctx)) // e.g. ErrLeaseLost, or the request's end
 	}
 }
+
+// Extend a lease to a longer TTL before a step that must not be
+// interrupted by an extension that comes late; later extensions keep it.
+func ExampleExtendTTL() {
+	var lease *engine.Lease // from Acquire
+	err := lease.Extend(context.Background(), engine.ExtendTTL(time.Minute))
+	switch {
+	case errors.Is(err, engine.ErrBeyondMaxHold):
+		log.Printf("a minute would outlast the lease's maximum hold: %v", err)
+	case err != nil:
+		log.Printf("not extended, still held until %v: %v", lease.Until(), err)
+	}
+}

@@ -157,14 +157,18 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 // passed since it was acquired (no round runs; the lease expires at
 // Until), and the lease's Err when it has ended, including when this round
 // found it lost. It waits at most Config.NodeTimeout, or until ctx ends
-// (the round goes on).
-func (l *Lease) Extend(ctx context.Context) error {
+// (the round goes on). ExtendTTL changes the lease's TTL with it.
+func (l *Lease) Extend(ctx context.Context, opts ...ExtendOption) error {
 	if l == nil {
 		return ErrNotAcquired
 	}
+	ttl, err := l.e.extendTTL(opts)
+	if err != nil {
+		return err
+	}
 	_, span := l.e.tel.start(ctx, "redlease.Extend")
 	reply := make(chan lease.ExtendResult, 1)
-	r, err := ask(ctx, l, &lease.Extend{State: l.state, Reply: reply}, reply)
+	r, err := ask(ctx, l, &lease.Extend{State: l.state, TTL: ttl, Reply: reply}, reply)
 	if err == nil {
 		err = r.Err
 	}

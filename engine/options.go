@@ -179,3 +179,54 @@ type boundedBackOff struct {
 func (b boundedBackOff) NextBackOff() time.Duration {
 	return min(max(b.ExponentialBackOff.NextBackOff(), b.min), b.max)
 }
+
+// ExtendOption tunes one Lease.Extend call. Like Option, it is a value;
+// the zero ExtendOption sets nothing.
+type ExtendOption struct {
+	ttl time.Duration
+	set bool
+}
+
+// ExtendTTL makes d the lease's TTL from this extension on, as
+// redislock's Refresh(ttl) does: the round sets it on the nodes (their
+// PTTL), Until moves to the round's start plus d − drift, and later
+// extensions, automatic ones included, keep d (the first at d/3). The TTL
+// changes when the round starts, whatever its outcome: a failed round may
+// have set it on some nodes, so a shorter TTL brings Until forward at
+// once, and the retries carry d.
+//
+// d must be positive, exceed the drift allowance and Config.NodeTimeout,
+// and not exceed Config.MaxTTL (else Extend fails, naming d and the
+// bound, and runs no round). The lease's maximum hold still bounds it: no
+// extension starts after it (ErrMaxHold), and the lease is held at most
+// its maximum hold plus the TTL it was acquired with, counted from its
+// acquisition, whatever TTLs it moved to: a d that would carry it further
+// fails with ErrBeyondMaxHold (a shorter one may fit; the error says what
+// does), and a shorter d moves the last start of an extension later by as
+// much as it shortens the TTL.
+//
+// An Extend with ExtendTTL(d) that comes while a round with another TTL
+// is in flight (an automatic extension, or an Extend without it) waits
+// for that round to be decided, then runs its own; with the round's TTL,
+// it joins the round, as an Extend without options does.
+func ExtendTTL(d time.Duration) ExtendOption {
+	return ExtendOption{ttl: d, set: true}
+}
+
+// extendTTL is the TTL opts ask for, the last ExtendTTL given, checked
+// as WithTTL's (0: the lease's own).
+func (e *Engine) extendTTL(opts []ExtendOption) (time.Duration, error) {
+	var o ExtendOption
+	for _, opt := range opts {
+		if opt.set {
+			o = opt
+		}
+	}
+	if !o.set {
+		return 0, nil
+	}
+	if err := e.checkLeaseTTL(o.ttl); err != nil {
+		return 0, fmt.Errorf("redlease: ExtendTTL %w", err)
+	}
+	return o.ttl, nil
+}
