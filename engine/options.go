@@ -176,6 +176,7 @@ type boundedBackOff struct {
 	min, max time.Duration
 }
 
+// NextBackOff is the ExponentialBackOff's next wait, within [min, max].
 func (b boundedBackOff) NextBackOff() time.Duration {
 	return min(max(b.ExponentialBackOff.NextBackOff(), b.min), b.max)
 }

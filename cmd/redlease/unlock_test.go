@@ -26,18 +26,7 @@ func TestUnlock(t *testing.T) {
 	a := c.Addrs()
 	nodes := join(a...)
 	ctx := context.Background()
-	if err := engine.MarkNew(ctx, engine.Config{Nodes: a}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Config{Nodes: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	l, err := e.Acquire(ctx, "invoice:42", engine.WithFencing())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, l := holdInvoice(t, a)
 	key := engine.DefaultKeyPrefix + "{invoice:42}"
 	keysLeft := func(what string) {
 		t.Helper()
