@@ -232,8 +232,8 @@ func TestLocks(t *testing.T) {
 }
 
 // holdInvoice marks nodes new, and acquires invoice:42 on them, with a
-// fencing token, on an engine that the test closes.
-func holdInvoice(t *testing.T, nodes []string) (*engine.Engine, *engine.Lease) {
+// fencing token and opts, on an engine that the test closes.
+func holdInvoice(t *testing.T, nodes []string, opts ...engine.Option) (*engine.Engine, *engine.Lease) {
 	t.Helper()
 	ctx := context.Background()
 	if err := engine.MarkNew(ctx, engine.Config{Nodes: nodes}); err != nil {
@@ -244,7 +244,7 @@ func holdInvoice(t *testing.T, nodes []string) (*engine.Engine, *engine.Lease) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.Close() })
-	l, err := e.Acquire(ctx, "invoice:42", engine.WithFencing())
+	l, err := e.Acquire(ctx, "invoice:42", append(opts, engine.WithFencing())...)
 	if err != nil {
 		t.Fatal(err)
 	}
