@@ -127,6 +127,8 @@ type Config struct {
 	// held at most MaxHold plus one TTL. WithAutoExtend(maxHold) sets the
 	// bound of its lease instead. Default: DefaultMaxHoldTTLs (10) times
 	// the lease's TTL. Must not be negative: there are no unbounded leases.
+	// A lease that Extend moves to another TTL (ExtendTTL) is still held
+	// at most MaxHold plus the TTL it was acquired with.
 	MaxHold time.Duration
 	// HealthInterval is the time between health probes of each node
 	// (HealthInterval/DownProbeDivisor, a fifth of it, for a node that is
@@ -231,9 +233,15 @@ func (c Config) withDefaults() Config {
 }
 
 func defaultBackOff() backoff.BackOff {
+	return exponentialBackOff(DefaultRetryInitial, DefaultRetryMax)
+}
+
+// exponentialBackOff waits from initial to max, doubling, each wait
+// randomized by ±50%, without end.
+func exponentialBackOff(initial, max time.Duration) *backoff.ExponentialBackOff {
 	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(DefaultRetryInitial),
-		backoff.WithMaxInterval(DefaultRetryMax),
+		backoff.WithInitialInterval(initial),
+		backoff.WithMaxInterval(max),
 		backoff.WithMultiplier(2),
 		backoff.WithRandomizationFactor(0.5),
 		backoff.WithMaxElapsedTime(0), // the context and RetryAttempts bound it

@@ -230,7 +230,9 @@ func checkNew(ctx context.Context, cfg *Config) error {
 const MaxResourceLen = 8 << 10
 
 // Acquire takes the lease on resource, waiting until it is held, ctx
-// ends, or Config.RetryAttempts rounds failed.
+// ends, or Config.RetryAttempts rounds failed. ctx bounds the acquiring
+// only: the lease outlives it by design, until released, lost or expired
+// (Lease.Context ends with the lease; Lease.WithContext with either).
 //
 // Callers of Acquire for one resource on one engine queue first come,
 // first served, and only the first runs rounds on the nodes; the next
@@ -319,6 +321,9 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	if attempts > 1 {
 		cfg.NewBackOff = o.newBackOff
+		if o.attempts > 0 { // WithRetryAttempts; a TryAcquire makes one round whatever it says
+			cfg.Attempts = o.attempts
+		}
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.Deadline = dl

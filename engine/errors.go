@@ -26,6 +26,11 @@ var (
 	// was not extended; it is still held until Until and then expires
 	// (ErrExpired). It matches none of the errors a lease ends with.
 	ErrMaxHold = lease.ErrMaxHold
+	// ErrBeyondMaxHold: Lease.Extend with ExtendTTL asked for a TTL that
+	// would hold the lease beyond its maximum hold plus the TTL it was
+	// acquired with. The lease was not extended, and is still held; a
+	// shorter TTL may fit (the error says what does).
+	ErrBeyondMaxHold = lease.ErrBeyondMaxHold
 	// ErrQuarantined: a node's answer (NodeOutcome.Err) while it sits out
 	// a quarantine after it may have lost lock keys (a restart without its
 	// data, a flush, evicted keys); NodeOutcome.QuarantinedUntil says until

@@ -137,3 +137,42 @@ func ExampleEngine_Resume() {
 		log.Print(err)
 	}
 }
+
+// Give up after three rounds that failed for want of nodes; waiting for
+// a holder's release does not count (the context bounds that).
+func ExampleWithRetryAttempts() {
+	var e *engine.Engine // from engine.New
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := e.Acquire(ctx, "invoice:42", engine.WithRetryAttempts(3))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer lease.Release(context.Background())
+}
+
+// Serve a request under a lease: the work stops when the request's
+// context ends or when the lease does, and context.Cause says which.
+func ExampleLease_WithContext() {
+	var lease *engine.Lease // from Acquire, held beyond this request
+	var request context.Context
+	ctx, cancel := lease.WithContext(request)
+	defer cancel()
+	if err := writeInvoice(ctx, 42); err != nil {
+		log.Printf("stopped: %v", context.Cause(ctx)) // e.g. ErrLeaseLost, or the request's end
+	}
+}
+
+// Extend a lease to a longer TTL before a step that must not be
+// interrupted by an extension that comes late; later extensions keep it.
+func ExampleExtendTTL() {
+	var lease *engine.Lease // from Acquire
+	err := lease.Extend(context.Background(), engine.ExtendTTL(time.Minute))
+	switch {
+	case errors.Is(err, engine.ErrBeyondMaxHold):
+		log.Printf("a minute would outlast the lease's maximum hold: %v", err)
+	case err != nil:
+		log.Printf("not extended, still held until %v: %v", lease.Until(), err)
+	}
+}

@@ -29,7 +29,7 @@ func TestHostileInput(t *testing.T) {
 		{"braces", "a}b{c", nil, ""},
 		{"unicode", "rés/ø:≠", nil, ""},
 		{"longest allowed", strings.Repeat("y", MaxResourceLen), nil, ""},
-		{"negative TTL", "r", []Option{WithTTL(-time.Second)}, "WithTTL must exceed the drift allowance"},
+		{"negative TTL", "r", []Option{WithTTL(-time.Second)}, "WithTTL must be > 0, got -1s"},
 		{"TTL below drift", "r", []Option{WithTTL(time.Millisecond)}, "WithTTL must exceed the drift allowance (2.01ms), got 1ms"},
 		{"TTL at node timeout", "r", []Option{WithTTL(DefaultNodeTimeout)}, "WithTTL must exceed NodeTimeout"},
 		{"TTL above MaxTTL", "r", []Option{WithTTL(time.Hour)}, "WithTTL must not exceed MaxTTL (10s), got 1h0m0s"},

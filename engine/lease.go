@@ -159,14 +159,18 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 // passed since it was acquired (no round runs; the lease expires at
 // Until), and the lease's Err when it has ended, including when this round
 // found it lost. It waits at most Config.NodeTimeout, or until ctx ends
-// (the round goes on).
-func (l *Lease) Extend(ctx context.Context) error {
+// (the round goes on). ExtendTTL changes the lease's TTL with it.
+func (l *Lease) Extend(ctx context.Context, opts ...ExtendOption) error {
 	if l == nil {
 		return ErrNotAcquired
 	}
+	ttl, err := l.e.extendTTL(opts)
+	if err != nil {
+		return err
+	}
 	_, span := l.e.tel.start(ctx, "redlease.Extend")
 	reply := make(chan lease.ExtendResult, 1)
-	r, err := ask(ctx, l, &lease.Extend{State: l.state, Reply: reply}, reply)
+	r, err := ask(ctx, l, &lease.Extend{State: l.state, TTL: ttl, Reply: reply}, reply)
 	if err == nil {
 		err = r.Err
 	}
@@ -190,7 +194,10 @@ func (l *Lease) Events() <-chan Event {
 // Context returns a context that is cancelled when the lease ends, with
 // context.Cause saying why (ErrReleased, ErrExpired, ErrLeaseLost, ...).
 // Pass it to the work the lease protects: the lease ends, and the context
-// is cancelled, before Until (see Done).
+// is cancelled, before Until (see Done). It does not derive from the
+// context given to Acquire, which the lease outlives by design (the
+// lease lasts until released, lost or expired): WithContext gives one
+// that ends with either.
 func (l *Lease) Context() context.Context {
 	if l == nil {
 		return notAcquiredCtx
@@ -201,6 +208,23 @@ func (l *Lease) Context() context.Context {
 		l.state.AfterEnd(func() { cancel(l.state.Err()) })
 	})
 	return l.ctx
+}
+
+// WithContext returns a copy of parent that is also cancelled when the
+// lease ends: the context for work that must stop when either the
+// caller's context or the lease ends. context.Cause says which: the
+// lease's Err (ErrReleased, ErrExpired, ErrLeaseLost, ...) or parent's
+// cause. Call cancel when the work is done: it releases what the link
+// to the lease holds (not the lease), and leaves nothing running. On a
+// nil *Lease the context is cancelled at once, with ErrNotAcquired.
+func (l *Lease) WithContext(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	leaseCtx := l.Context()
+	stop := context.AfterFunc(leaseCtx, func() { cancel(context.Cause(leaseCtx)) })
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
 }
 
 // What the methods of a nil *Lease return: a lease never held.

@@ -64,6 +64,7 @@ type bound struct {
 	failedVotes []node.Vote
 	release     chan<- ReleaseResult  // releasing: the Release to answer
 	waiters     []chan<- ExtendResult // manual Extend calls on the round in flight
+	deferred    []*Extend             // Extend calls for another TTL, after the round in flight
 	alarmWas    int64                 // mono: when the alarm being handled was due
 }
 

@@ -78,7 +78,11 @@
 //     answering "not mine" loses the lease at once. No extension round,
 //     automatic or by Extend, starts later than MaxHold after the lease
 //     was acquired (Extend then fails with ErrMaxHold); the lease expires
-//     at its deadline. Between its rounds a held lease parks: its actor
+//     at its deadline. An Extend with a TTL (ttl.go) makes it the lease's
+//     from its round on, and moves MaxHold by as much the other way, so
+//     that no round ends past MaxHold plus the first TTL; an Extend for
+//     another TTL than the round in flight's waits for that round to be
+//     decided. Between its rounds a held lease parks: its actor
 //     goes back to the Pool, and the lease keeps only its body (its state
 //     and its timer). The next message for it (its alarm, its deadline, a
 //     call) binds it an idle actor again, so a lease is still run by one

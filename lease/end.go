@@ -155,6 +155,10 @@ func (a *leaseActor) wrapUp(next phase, err error) {
 		w <- ExtendResult{Err: err}
 	}
 	a.waiters = nil
+	for _, m := range a.deferred {
+		m.Reply <- ExtendResult{Err: err}
+	}
+	a.deferred = nil
 	if kind == Lost {
 		a.cfg.Logger.Warn("redlease: lease lost", "resource", a.cfg.Resource, "err", err)
 	} else if a.info {

@@ -76,7 +76,7 @@ func (a *leaseActor) extending(msg any) {
 	case *wake:
 		a.extendFailed(errRoundTimeout)
 	case *Extend:
-		a.waiters = append(a.waiters, m.Reply)
+		a.joinExtend(m)
 	case *Release:
 		a.onRelease(m)
 	case *Close:
@@ -96,6 +96,9 @@ func (a *leaseActor) onExtend(m *Extend) {
 	if !a.now().Before(a.holdEnds()) {
 		a.holdOver()
 		m.Reply <- ExtendResult{Err: ErrMaxHold}
+		return
+	}
+	if !a.newTTL(m) {
 		return
 	}
 	a.waiters = append(a.waiters, m.Reply)
@@ -136,6 +139,7 @@ func (a *leaseActor) extended() {
 	a.answerWaiters(nil)
 	a.emit(Extended, nil)
 	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
+	a.extendDeferred()
 }
 
 // extendFailed reports the failed round and, for an auto-extended lease,
@@ -152,6 +156,7 @@ func (a *leaseActor) extendFailed(cause error) {
 	if at := a.now().Add(jitter(a.cfg.TTL / RetryDivisor)); at.Before(a.state.ends()) {
 		a.planExtend(at)
 	}
+	a.extendDeferred()
 }
 
 func (a *leaseActor) answerWaiters(err error) {

@@ -40,7 +40,8 @@ type Config struct {
 	Deadline time.Time
 	// MaxHold bounds extension: no round (automatic or Extend) starts
 	// later than MaxHold after the winning acquire round started; the
-	// lease then expires at its deadline. 0: no extension at all.
+	// lease then expires at its deadline. 0: no extension at all. An
+	// Extend to another TTL moves it (see Extend.TTL).
 	MaxHold  time.Duration
 	FenceKey string        // non-empty: issue fencing tokens (see doc.go)
 	Reply    chan<- Result // buffered 1; receives exactly one Result

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"time"
 
 	"github.com/redlease/redlease/actors"
 	"github.com/redlease/redlease/node"
@@ -16,6 +17,10 @@ var (
 	// ErrMaxHold answers an Extend after MaxHold: the lease is not
 	// extended, but still held until its deadline, where it expires.
 	ErrMaxHold = errors.New("redlease: maximum hold reached: the lease is no longer extended and expires at its deadline")
+	// ErrBeyondMaxHold answers an Extend whose new TTL would hold the
+	// lease past the end of its hold (see Extend.TTL): it is not
+	// extended, but a shorter TTL, or its own, may still be.
+	ErrBeyondMaxHold = errors.New("redlease: the new TTL would hold the lease beyond its maximum hold")
 )
 
 // Result answers the acquirer, once. On success Err is nil and the State
@@ -58,9 +63,20 @@ type Release struct {
 
 // Extend asks the actor for an extension round now (or to join the one in
 // flight). Reply (buffered 1) receives the outcome.
+//
+// TTL, if set, becomes the lease's TTL from the round it starts on,
+// whatever its outcome: that round's and later rounds'
+// PEXPIRE, validity and end margin, and the next automatic extension's
+// time. An Extend with a TTL other than the round's in flight waits for
+// that round to be decided, then starts its own. MaxHold moves by the
+// TTL's change, so that the hold's end (the winning round's start plus
+// MaxHold plus TTL: the latest a lease may be valid) stays where it was;
+// a TTL that would hold the lease beyond it is refused
+// (ErrBeyondMaxHold).
 type Extend struct {
 	actors.Late
 	State *State
+	TTL   time.Duration // 0: the lease's
 	Reply chan<- ExtendResult
 }
 

@@ -25,11 +25,11 @@ type State struct {
 	early    []earlyEvent
 	eventCap int
 	resource string
-	err      error         // written once, before done closes
-	start    time.Time     // start of the winning round, written before the Result is sent
-	token    uint64        // fencing token, written before the Result is sent
-	until    atomic.Int64  // validity deadline, in nanoseconds after start
-	margin   time.Duration // the lease ends this long before until; written before the Result is sent
+	err      error        // written once, before done closes
+	start    time.Time    // start of the winning round, written before the Result is sent
+	token    uint64       // fencing token, written before the Result is sent
+	until    atomic.Int64 // validity deadline, in nanoseconds after start
+	margin   atomic.Int64 // the lease ends this long before until (a Duration; retime changes it)
 
 	mu         sync.Mutex
 	onEnd      []func()    // run once, when the lease ends
@@ -161,14 +161,14 @@ func (s *State) Token() uint64 { return s.token }
 func (s *State) Until() time.Time { return s.start.Add(time.Duration(s.until.Load())) }
 
 // ends is when the lease ends unless extended: margin before Until.
-func (s *State) ends() time.Time { return s.Until().Add(-s.margin) }
+func (s *State) ends() time.Time { return s.Until().Add(-time.Duration(s.margin.Load())) }
 
 // hold starts the validity clock: the lease is valid until t unless
 // extended, ends margin before that, and ends with atDeadline then.
 func (s *State) hold(start, t time.Time, margin time.Duration, atDeadline error) {
 	s.start = start
 	s.until.Store(int64(t.Sub(start)))
-	s.margin = margin
+	s.margin.Store(int64(margin))
 	s.atDeadline = atDeadline
 }
 
@@ -183,6 +183,20 @@ func (s *State) extendTo(t time.Time, atDeadline error) bool {
 	s.until.Store(int64(t.Sub(s.start)))
 	s.atDeadline = atDeadline
 	return true
+}
+
+// retime sets the end margin of a lease whose TTL changed, and brings its
+// deadline forward to t if t is earlier, unless the lease already ended.
+func (s *State) retime(t time.Time, margin time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended.Load() {
+		return
+	}
+	s.margin.Store(int64(margin))
+	if u := int64(t.Sub(s.start)); u < s.until.Load() {
+		s.until.Store(u)
+	}
 }
 
 // setAtDeadline changes what the lease ends with at its deadline.

@@ -1,13 +1,16 @@
-// Command redlease looks at the Redis nodes of a redlease deployment and
-// marks new nodes, for operators.
+// Command redlease looks at the Redis nodes of a redlease deployment,
+// marks new nodes and forces locks free, for operators.
 //
 //	redlease nodes    -nodes a,b,c            each node: state, role, run id, uptime, trusted, quarantine, RTT
 //	redlease locks    -nodes a,b,c [PATTERN]  the lock keys: holders, owner, meta, TTL per node, fence, held or debris
 //	redlease mark-new -nodes a,b,c [-yes]     mark nodes as new, so that engines use them at once
+//	redlease unlock   -nodes a,b,c -reason WHY [-yes] RESOURCE
+//	                                          force a lock free: delete its lock key where it holds the value seen
 //
 // nodes exits 1 when fewer than a quorum of the nodes can serve an acquire
 // now; locks exits 1 when a node could not be scanned; mark-new exits 1
-// when it marked fewer than the nodes asked for. Usage errors exit 2.
+// when it marked fewer than the nodes asked for; unlock exits 1 when a node
+// could not be reached, or it was not confirmed. Usage errors exit 2.
 // Run any command with -h for its flags.
 package main
 
@@ -54,6 +57,7 @@ var commands = []command{
 	{"nodes", "", "each node: state, role, run id, uptime, whether its data is trusted, the restart quarantine an engine would apply now, round trip; exits 1 when fewer than a quorum can serve", runNodes},
 	{"locks", "[PATTERN]", "the lock keys of resources matching PATTERN (a Redis glob, default *), read with SCAN: which nodes hold each, owner, its meta (who holds it: engine.WithMeta), TTL per node, fence counter, and whether a quorum holds it (held) or a minority (debris of a failed attempt)", runLocks},
 	{"mark-new", "", "mark the nodes as new (engine.MarkNew), so that engines use them at once instead of sitting out a restart quarantine; asks first unless -yes, and refuses while any node holds a lock key (leases may be live)", runMarkNew},
+	{"unlock", "RESOURCE", "force RESOURCE's lock free, for a holder dead or stuck: shows which nodes hold its lock key (value SHA1, TTL left), asks unless -yes (and refuses when stdin is not a terminal), then deletes the key on each node where it still holds the value seen; the queue of waiters and the fence counter stay. Needs -reason, printed with the outcome", runUnlock},
 }
 
 // ios are the command's standard streams.
@@ -96,7 +100,7 @@ func run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "redlease: look at the Redis nodes of a redlease deployment, and mark new ones.")
+	fmt.Fprintln(w, "redlease: look at the Redis nodes of a redlease deployment, mark new ones, force locks free.")
 	fmt.Fprintln(w, "\nUsage:")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %s\n    \t%s\n", strings.TrimSpace("redlease "+c.name+" [flags] "+c.args), c.summary)
@@ -115,7 +119,8 @@ type options struct {
 	tls         bool
 	caFile      string
 	json        bool
-	yes         bool // mark-new
+	yes         bool   // mark-new, unlock
+	reason      string // unlock
 
 	password string // from the environment
 }
@@ -133,8 +138,12 @@ func parseFlags(c command, args []string, errOut io.Writer, getenv func(string) 
 	fs.BoolVar(&o.tls, "tls", false, "connect with TLS, verifying the nodes' certificates against the system's roots or -ca-file")
 	fs.StringVar(&o.caFile, "ca-file", "", "PEM file of the CA certificates that sign the nodes' certificates (implies -tls)")
 	fs.BoolVar(&o.json, "json", false, "print JSON instead of a table")
-	if c.name == "mark-new" {
+	switch c.name {
+	case "mark-new":
 		fs.BoolVar(&o.yes, "yes", false, "mark without asking")
+	case "unlock":
+		fs.BoolVar(&o.yes, "yes", false, "delete without asking (needed when stdin is not a terminal)")
+		fs.StringVar(&o.reason, "reason", "", "why the lock is forced (required; printed with the outcome)")
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(errOut, "Usage: %s\n\n%s.\n\nFlags:\n", strings.TrimSpace("redlease "+c.name+" [flags] "+c.args), c.summary)
@@ -156,7 +165,7 @@ func parseFlags(c command, args []string, errOut io.Writer, getenv func(string) 
 		return nil, nil, fmt.Errorf("unexpected arguments %q", rest)
 	}
 	if len(rest) > 1 {
-		return nil, nil, fmt.Errorf("one PATTERN at most, got %q", rest)
+		return nil, nil, fmt.Errorf("one %s at most, got %q", strings.Trim(c.args, "[]"), rest)
 	}
 	if strings.TrimSpace(o.nodes) == "" {
 		return nil, nil, errors.New("-nodes is required (or $REDLEASE_NODES): the address of every node, comma-separated")

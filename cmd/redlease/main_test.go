@@ -183,18 +183,7 @@ func TestLocks(t *testing.T) {
 	c := redisproc.Start(t, 3)
 	a := c.Addrs()
 	ctx := context.Background()
-	if err := engine.MarkNew(ctx, engine.Config{Nodes: a}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Config{Nodes: a})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	l, err := e.Acquire(ctx, "invoice:42", engine.WithFencing(), engine.WithMeta("web-1 pid 7"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, l := holdInvoice(t, a, engine.WithMeta("web-1 pid 7"))
 	defer l.Release(ctx)
 	if err := c.Nodes[0].Set(ctx, "redlease:{job:7}", "someone", 5*time.Second); err != nil {
 		t.Fatal(err)
@@ -249,6 +238,26 @@ func TestLocks(t *testing.T) {
 			t.Errorf("table lacks %s", want)
 		}
 	}
+}
+
+// holdInvoice marks nodes new, and acquires invoice:42 on them, with a
+// fencing token and opts, on an engine that the test closes.
+func holdInvoice(t *testing.T, nodes []string, opts ...engine.Option) (*engine.Engine, *engine.Lease) {
+	t.Helper()
+	ctx := context.Background()
+	if err := engine.MarkNew(ctx, engine.Config{Nodes: nodes}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(engine.Config{Nodes: nodes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	l, err := e.Acquire(ctx, "invoice:42", append(opts, engine.WithFencing())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, l
 }
 
 // TestMarkNew: refused while any node holds a lock key; asks unless -yes;

@@ -104,6 +104,11 @@ func confirm(s ios, todo []engine.NodeReport) bool {
 	}
 	fmt.Fprintf(s.err, "Mark %s as new? Engines will use them at once instead of sitting out a restart quarantine.\n"+
 		"Only do this if none of them may have lost lock keys of leases still held. Type yes to go on: ", strings.Join(addrs, ", "))
+	return answeredYes(s)
+}
+
+// answeredYes reads the operator's answer to a question: true for yes.
+func answeredYes(s ios) bool {
 	line, _ := bufio.NewReader(s.in).ReadString('\n')
 	return strings.TrimSpace(line) == "yes"
 }

@@ -1,0 +1,242 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/node"
+)
+
+// unlockScript deletes a lock key that still holds the value seen there.
+//
+//go:embed unlock.lua
+var unlockScript string
+
+var unlockLua = rueidis.NewLuaScript(unlockScript)
+
+// What unlock did on a node.
+const (
+	unlockDeleted = "deleted"     // the key held the value seen, and is gone
+	unlockNoKey   = "no key"      // the node held no lock key for the resource
+	unlockGone    = "gone"        // the key expired or was released between reading and deleting
+	unlockKept    = "kept"        // another owner's key since: not touched
+	unlockFailed  = "unreachable" // the node did not answer (Error says why)
+)
+
+type unlockJSON struct {
+	Resource string           `json:"resource"`
+	Reason   string           `json:"reason"`
+	Nodes    []unlockNodeJSON `json:"nodes"`
+}
+
+type unlockNodeJSON struct {
+	Node      string `json:"node"`
+	Digest    string `json:"value_sha1,omitempty"` // of the value found (node.Digest), "" for none
+	TTLMillis int64  `json:"ttl_ms,omitempty"`     // of the key found
+	Result    string `json:"result,omitempty"`
+	Error     string `json:"error,omitempty"`
+
+	value  string
+	client rueidis.Client
+}
+
+// runUnlock forces RESOURCE's lock free: it shows which nodes hold its
+// lock key (the value's digest, the TTL left), asks, and deletes the key
+// on each node where it still holds the value seen there. Another owner's
+// key, set since, is kept, and so are the queue of waiters (they find the
+// resource free when they next look: at the latest when the key would
+// have expired), the grants and the fence counter (tokens must still
+// grow). A holder still running believes it holds the lease until its
+// next extension finds the key gone: this is for holders dead or stuck.
+func runUnlock(ctx context.Context, o *options, cfg engine.Config, args []string, s ios) int {
+	if len(args) != 1 {
+		fmt.Fprintln(s.err, "redlease unlock: RESOURCE is required: the name the lease was acquired for")
+		return exitUsage
+	}
+	if strings.TrimSpace(o.reason) == "" {
+		fmt.Fprintln(s.err, "redlease unlock: -reason is required: say why the lock is forced (it is printed with the outcome)")
+		return exitUsage
+	}
+	out := unlockJSON{Resource: args[0], Reason: o.reason, Nodes: make([]unlockNodeJSON, len(cfg.Nodes))}
+	key := node.LockKey(cmp.Or(cfg.KeyPrefix, engine.DefaultKeyPrefix), out.Resource) // an engine's default too
+	perNode(out.Nodes, func(n *unlockNodeJSON, i int) { n.read(ctx, o, cfg, cfg.Nodes[i], key) })
+	defer perNode(out.Nodes, func(n *unlockNodeJSON, _ int) {
+		if n.client != nil {
+			n.client.Close()
+		}
+	})
+
+	held, quorum := holders(out.Nodes)
+	fmt.Fprintf(s.err, "redlease unlock: %s: lock key on %d of %d nodes, %s; reason: %q\n",
+		printable(out.Resource), held, len(out.Nodes), quorum, o.reason)
+	printUnlock(s.err, out.Nodes, "STATE")
+	if held == 0 {
+		fmt.Fprintln(s.err, "redlease unlock: no node that answered holds its lock key: nothing to delete")
+	} else if !o.yes && !confirmUnlock(s, out.Resource) {
+		return exitFail
+	}
+	perNode(out.Nodes, func(n *unlockNodeJSON, _ int) {
+		if n.value != "" {
+			n.delete(ctx, o, key)
+		}
+	})
+	if o.json {
+		printJSON(s.out, out)
+	} else {
+		printUnlock(s.out, out.Nodes, "RESULT")
+		fmt.Fprintf(s.out, "%s: lock key deleted on %d of %d nodes; reason: %q\n", printable(out.Resource),
+			countResult(out.Nodes, unlockDeleted), len(out.Nodes), o.reason)
+	}
+	if countResult(out.Nodes, unlockFailed) > 0 {
+		return exitFail
+	}
+	return exitOK
+}
+
+// perNode runs f on every node at once.
+func perNode(nodes []unlockNodeJSON, f func(n *unlockNodeJSON, i int)) {
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() { f(&nodes[i], i) })
+	}
+	wg.Wait()
+}
+
+// read connects to addr and reads key's value and TTL there; the client
+// stays open for the delete.
+func (n *unlockNodeJSON) read(ctx context.Context, o *options, cfg engine.Config, addr, key string) {
+	n.Node = addr
+	opt := cfg.Client
+	opt.InitAddress, opt.DisableCache, opt.Dialer.Timeout = []string{addr}, true, o.timeout
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	n.client = c
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	res := c.DoMulti(ctx, c.B().Get().Key(key).Build(), c.B().Pttl().Key(key).Build())
+	value, err := res[0].ToString()
+	if rueidis.IsRedisNil(err) {
+		n.Result = unlockNoKey
+		return
+	}
+	if err == nil {
+		n.TTLMillis, err = res[1].AsInt64()
+	}
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	n.value, n.Digest = value, node.Digest(value)
+}
+
+// delete deletes key on the node if it still holds the value read.
+func (n *unlockNodeJSON) delete(ctx context.Context, o *options, key string) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	held, err := unlockLua.Exec(ctx, n.client, []string{key}, []string{n.value}).ToString()
+	switch {
+	case rueidis.IsRedisNil(err):
+		n.Result = unlockGone
+	case err != nil:
+		n.fail(err)
+	case held != n.value:
+		n.Result, n.Error = unlockKept, "another owner's key since: value sha1 "+node.Digest(held)
+	default:
+		n.Result = unlockDeleted
+	}
+}
+
+func (n *unlockNodeJSON) fail(err error) { n.Result, n.Error = unlockFailed, err.Error() }
+
+// holders counts the nodes that hold the lock key, and says whether a
+// quorum of them holds one value (a held lease) or not (debris).
+func holders(nodes []unlockNodeJSON) (held int, quorum string) {
+	byValue := map[string]int{}
+	for _, n := range nodes {
+		if n.value != "" {
+			byValue[n.value]++
+			held++
+		}
+	}
+	q := engine.Quorum(len(nodes))
+	for _, c := range byValue {
+		if c >= q {
+			return held, fmt.Sprintf("a quorum (%d) for one owner: a held lease", q)
+		}
+	}
+	return held, fmt.Sprintf("no quorum (%d) for one owner", q)
+}
+
+// printUnlock writes a row per node: the value found, its TTL, and what
+// column says (STATE before the delete, RESULT after).
+func printUnlock(w io.Writer, nodes []unlockNodeJSON, column string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tVALUE SHA1\tTTL\t"+column)
+	for _, n := range nodes {
+		digest, ttl, what := "-", "-", n.Result
+		if n.value != "" {
+			digest, ttl = n.Digest, ttlText(n.TTLMillis)
+		}
+		if what == "" {
+			what = "holds it"
+		}
+		if n.Error != "" {
+			what += ": " + n.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Node, digest, ttl, what)
+	}
+	tw.Flush()
+}
+
+func countResult(nodes []unlockNodeJSON, result string) int {
+	n := 0
+	for _, k := range nodes {
+		if k.Result == result {
+			n++
+		}
+	}
+	return n
+}
+
+// confirmUnlock asks the operator, when there is one to ask: never when
+// stdin is not a terminal (CI, a pipe), where it refuses at once rather
+// than wait for an answer nobody will type.
+func confirmUnlock(s ios, resource string) bool {
+	if !interactive(s.in) {
+		fmt.Fprintln(s.err, "redlease unlock: stdin is not a terminal, so nobody can confirm: nothing deleted; pass -yes to unlock without asking")
+		return false
+	}
+	fmt.Fprintf(s.err, "Delete the lock key of %s on every node above that holds it?\n"+
+		"A holder still running believes it holds the lease until its next extension finds the key gone, up to a TTL from now: "+
+		"force only a lock whose holder is dead or stuck. Type yes to go on: ", printable(resource))
+	if !answeredYes(s) {
+		fmt.Fprintln(s.err, "redlease unlock: not confirmed; nothing deleted")
+		return false
+	}
+	return true
+}
+
+// interactive reports whether in is a terminal an operator answers on,
+// or a reader that is not a file (the caller's own answers, as in the
+// tests). A pipe or a regular file is not asked.
+func interactive(in io.Reader) bool {
+	f, ok := in.(*os.File)
+	if !ok {
+		return true
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
+}
