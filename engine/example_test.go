@@ -138,6 +138,18 @@ func ExampleEngine_Resume() {
 	}
 }
 
+// Retry on a schedule of your own without importing a backoff package:
+// waits from 20ms, doubling up to a second, each randomized.
+func ExampleWithRetryDelay() {
+	var e *engine.Engine // from engine.New
+	lease, err := e.Acquire(context.Background(), "invoice:42", engine.WithRetryDelay(20*time.Millisecond, time.Second))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer lease.Release(context.Background())
+}
+
 // Give up after three rounds that failed for want of nodes; waiting for
 // a holder's release does not count (the context bounds that).
 func ExampleWithRetryAttempts() {
