@@ -30,8 +30,9 @@
 // of waiters (<lock key>:queue) and the queue's grants
 // (<lock key>:queue:grants); the batch's first key is the epoch marker
 // (EpochKey). The Go commands are named for what a lease does: Acquire,
-// Extend, Fence, Queue, and the releases Release, HandOff, Cleanup and
-// Leave.
+// Extend, Heal, Fence, Queue, and the releases Release, HandOff, Cleanup
+// and Leave. A Heal sets a key as an Acquire does, and is refused where
+// an Acquire is.
 //
 // A Watcher, beside the actor and on a connection of its own, hears the
 // releases the release script announces (Announcement; waiting callers

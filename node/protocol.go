@@ -28,6 +28,7 @@ const (
 	codeReleaseFull                  // s: every option of a release
 	codeQueue                        // q
 	codeFence                        // f
+	codeHeal                         // h
 )
 
 // key names a key a command takes in KEYS.
@@ -78,6 +79,10 @@ type scriptCmd struct {
 // Digest), or the epoch marker is not the one required.
 const acquireReply = "1 | {0, pttl, holder} | -1"
 
+// keyAbsent is extend's reply when no owner holds the key (Absent): it
+// tells a key the lease may heal from another owner's (0).
+const keyAbsent = -2
+
 // scriptCmds is the protocol, by code. Only the commands that may touch
 // the queue of waiters carry its keys: the others are the commonest.
 var scriptCmds = [...]scriptCmd{
@@ -86,7 +91,7 @@ var scriptCmds = [...]scriptCmd{
 		[]arg{argValue, argTTL, argSince}, acquireReply},
 	codeAcquireFenced: {"A", "fenced acquire", []key{keyLock, keyQueue, keyGrants, keyFence},
 		[]arg{argValue, argTTL, argSince}, "{1, counter} | {0, pttl, holder} | -1"},
-	codeExtend:           {"e", "extend", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0"},
+	codeExtend:           {"e", "extend", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -2"},
 	codeRelease:          {"d", "release", []key{keyLock}, []arg{argValue}, "1 | 0"},
 	codeReleaseAnnounced: {"r", "release, announced", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "1 | 0"},
 	codeReleaseLeaving: {"l", "release, announced, leaving the queue", []key{keyLock, keyQueue, keyGrants},
@@ -96,6 +101,7 @@ var scriptCmds = [...]scriptCmd{
 		"1 | 0"},
 	codeQueue: {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argSince, argTTL}, "1"},
 	codeFence: {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
+	codeHeal:  {"h", "heal", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -1"},
 }
 
 // header is c's lines in batch.lua's header.
@@ -173,6 +179,8 @@ func (e *entry) code() code {
 		return codeQueue
 	case opFence:
 		return codeFence
+	case opHeal:
+		return codeHeal
 	}
 	switch {
 	case e.successor != "" || e.keep:

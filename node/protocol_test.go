@@ -110,6 +110,7 @@ func TestCommandsEncode(t *testing.T) {
 		{&Queue{Request: r, TTL: ttl, Since: "5"}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"q", "v", "5", "3000"}},
 		{&Fence{Request: r, FenceKey: "{r}:fence", Token: 9}, []string{"{r}", "{r}:fence"}, []string{"f", "v", "9"}},
 		{&Extend{Request: r, TTL: ttl}, []string{"{r}"}, []string{"e", "v", "3000"}},
+		{&Heal{Request: r, TTL: 1234 * time.Millisecond}, []string{"{r}"}, []string{"h", "v", "1234"}},
 	} {
 		a := &nodeActor{cfg: Config{Index: 0}, stopping: true} // stopping: enqueue only queues
 		a.command(tt.cmd)
