@@ -90,6 +90,8 @@ func requestOf(c node.Command) node.Request {
 		return c.Request
 	case *node.Leave:
 		return c.Request
+	case *node.Heal:
+		return c.Request
 	}
 	panic("unknown command")
 }
