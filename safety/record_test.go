@@ -137,9 +137,37 @@ func TestClockJumpExplains(t *testing.T) {
 			if got := j.explains(o); got != tc.want {
 				t.Fatalf("explains = %v, want %v", got, tc.want)
 			}
-			ours, clock := splitClock([]Overlap{o}, []ClockJump{j})
+			ours, clock := split([]Overlap{o}, []ClockJump{j})
 			if got := len(clock) == 1; got != tc.want || len(ours)+len(clock) != 1 {
-				t.Fatalf("splitClock = %d ours, %d clock", len(ours), len(clock))
+				t.Fatalf("split = %d ours, %d clock", len(ours), len(clock))
+			}
+		})
+	}
+}
+
+// A lapse explains an overlap with an owner in the gap only while the
+// lease whose keys lapsed ends by the validity it had then.
+func TestLapseExplains(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	l := Lapse{Resource: "r", Value: "va", At: at(100), Until: at(500)}
+	first := Holding{Resource: "r", Value: "va", Acquired: at(0), End: at(300)}
+	second := Holding{Resource: "r", Value: "vb", Acquired: at(150), End: at(160)}
+	for _, tc := range []struct {
+		name          string
+		first, second Holding
+		want          bool
+	}{
+		{"lost at its next extension", first, second, true},
+		{"ended at its validity then", Holding{Resource: "r", Value: "va", Acquired: at(0), End: at(500)}, second, true},
+		{"held on past it", Holding{Resource: "r", Value: "va", Acquired: at(0), End: at(501)}, second, false},
+		{"another lease", Holding{Resource: "r", Value: "vx", Acquired: at(0), End: at(300)}, second, false},
+		{"another resource", Holding{Resource: "s", Value: "va", Acquired: at(0), End: at(300)}, Holding{Resource: "s", Acquired: at(150)}, false},
+		{"second acquired before the lapse", first, Holding{Resource: "r", Acquired: at(90)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := l.explains(Overlap{tc.first, tc.second}); got != tc.want {
+				t.Fatalf("explains = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -153,6 +181,7 @@ func TestReportOK(t *testing.T) {
 	}{
 		{Report{}, true},
 		{Report{ClockOverlaps: []Overlap{o}, ClockStale: StaleWrites{Rejected: 3, Early: 1}}, true},
+		{Report{LapseOverlaps: []Overlap{o}}, true},
 		{Report{Overlaps: []Overlap{o}}, false},
 		{Report{TokenRegressions: 1}, false},
 		{Report{EndedWithoutDone: 1}, false},
