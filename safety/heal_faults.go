@@ -52,6 +52,11 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 		}
 		r.healers = append(r.healers, e)
 	}
+	// Not while they sit a node out: the lease is to hold on every node,
+	// and the other owner to win in the gap.
+	if err := r.sitOut(ctx, r.healers...); err != nil {
+		return err
+	}
 	resource := fmt.Sprintf("heal-%d", rng.Uint64())
 	lapse := func(nodes ...*redisproc.Node) error {
 		var errs []error
