@@ -17,6 +17,14 @@ import (
 
 const healTTL = 10 * time.Second
 
+// clocked is n fake nodes whose leases run on a fake clock.
+func clocked(t *testing.T, n int) (*fakeNodes, *fakeClock) {
+	f := newFakeNodes(t, n)
+	clock := newFakeClock()
+	f.clock = clock
+	return f, clock
+}
+
 // heldOn acquires a lease on every node of f, on f's clock, without
 // auto-extension: its extension rounds are the test's (extendRound).
 func heldOn(t *testing.T, f *fakeNodes) (Ref, *State) {
@@ -48,42 +56,37 @@ func extendRound(t *testing.T, f *fakeNodes, ref Ref, st *State) (uint64, *actor
 // returns the nodes they went to, in order, and their TTL.
 func heals(t *testing.T, f *fakeNodes, n int) (nodes []int, ttl time.Duration) {
 	t.Helper()
-	for range n {
-		got := f.next(t)
-		h, ok := got.cmd.(*node.Heal)
-		if !ok {
-			t.Fatalf("node %d got %T, want *node.Heal", got.node, got.cmd)
-		}
+	nodes, cmds := commands[*node.Heal](t, f, n)
+	for _, h := range cmds {
 		if h.Key != "k" || h.Value != "v" || h.ReplyTo != nil {
 			t.Fatalf("heal %+v: want the lease's key and value, and nobody waiting for its answer", h)
 		}
 		if ttl != 0 && h.TTL != ttl {
 			t.Fatalf("heals with TTLs %v and %v after one decision", ttl, h.TTL)
 		}
-		nodes, ttl = append(nodes, got.node), h.TTL
+		ttl = h.TTL
 	}
 	slices.Sort(nodes)
 	return nodes, ttl
 }
 
-func extendedOK(t *testing.T, ext chan ExtendResult) {
+// wonOnTwo holds a lease on three nodes, on a fake clock, and wins an
+// extension round on nodes 0 and 1: node 2 has not answered it yet.
+func wonOnTwo(t *testing.T) (f *fakeNodes, clock *fakeClock, st *State, r uint64, to *actor.PID) {
 	t.Helper()
-	select {
-	case e := <-ext:
-		if e.Err != nil {
-			t.Fatalf("Extend: %v", e.Err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no answer to Extend")
-	}
+	f, clock = clocked(t, 3)
+	ref, st := heldOn(t, f)
+	r, to, ext := extendRound(t, f, ref, st)
+	f.vote(to, 0, r, node.Granted)
+	f.vote(to, 1, r, node.Granted)
+	extendedOK(t, ext)
+	return f, clock, st, r, to
 }
 
 // Nodes that answer Absent are healed once the round is won, not before,
 // for the TTL less the time since the round started.
 func TestHealAfterTheQuorum(t *testing.T) {
-	f := newFakeNodes(t, 5)
-	clock := newFakeClock()
-	f.clock = clock
+	f, clock := clocked(t, 5)
 	ref, st := heldOn(t, f)
 	r, to, ext := extendRound(t, f, ref, st)
 	clock.Advance(30 * time.Millisecond)
@@ -105,14 +108,7 @@ func TestHealAfterTheQuorum(t *testing.T) {
 // A node that answers Absent after the round was won is healed when its
 // vote comes, for what the TTL has left then.
 func TestHealALateAbsentNode(t *testing.T) {
-	f := newFakeNodes(t, 3)
-	clock := newFakeClock()
-	f.clock = clock
-	ref, st := heldOn(t, f)
-	r, to, ext := extendRound(t, f, ref, st)
-	f.vote(to, 0, r, node.Granted)
-	f.vote(to, 1, r, node.Granted)
-	extendedOK(t, ext)
+	f, clock, _, r, to := wonOnTwo(t)
 	f.quiet(t)
 	clock.Advance(25 * time.Millisecond)
 	f.vote(to, 2, r, node.Absent)
@@ -121,56 +117,40 @@ func TestHealALateAbsentNode(t *testing.T) {
 	}
 }
 
-// A round that is not won heals nothing, nor do its late votes: where its
-// keys are absent, the lease may have lost them to another owner meanwhile,
-// and must learn so rather than set them again. A quorum of Absent loses
-// the lease (its release goes to every node, no heal).
+// A round that is not won heals nothing, nor do its votes that come after
+// it failed: where its keys are absent, the lease may have lost them to
+// another owner meanwhile, and must learn so rather than set them again. A
+// quorum of Absent loses the lease: its release goes to every node, and no
+// heal.
 func TestNoHealWithoutAQuorum(t *testing.T) {
-	t.Run("failed", func(t *testing.T) {
-		f := newFakeNodes(t, 5)
-		ref, st := heldOn(t, f)
-		r, to, ext := extendRound(t, f, ref, st)
-		f.vote(to, 0, r, node.Granted)
-		f.vote(to, 1, r, node.Absent)
-		f.vote(to, 2, r, node.Failed)
-		f.vote(to, 3, r, node.Timeout)
-		if e := <-ext; e.Err == nil {
-			t.Fatal("extended with one grant of five")
-		}
-		f.vote(to, 4, r, node.Absent) // late
-		f.quiet(t)
-		if st.Err() != nil {
-			t.Fatalf("lease ended: %v", st.Err())
-		}
-	})
-	t.Run("lost", func(t *testing.T) {
-		f := newFakeNodes(t, 5)
-		ref, st := heldOn(t, f)
-		r, to, ext := extendRound(t, f, ref, st)
-		f.vote(to, 0, r, node.Granted)
-		f.vote(to, 1, r, node.Granted)
-		for n := 2; n < 5; n++ {
-			f.vote(to, n, r, node.Absent)
-		}
-		if e := <-ext; e.Err == nil {
-			t.Fatal("extended with the key absent from three nodes of five")
-		}
-		round[*node.Release](t, f)
-		f.quiet(t)
-	})
+	for name, votes := range map[string][]node.Outcome{
+		"failed": {node.Granted, node.Absent, node.Failed, node.Timeout, node.Absent}, // the last after it failed
+		"lost":   {node.Granted, node.Granted, node.Absent, node.Absent, node.Absent},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeNodes(t, 5)
+			ref, st := heldOn(t, f)
+			r, to, ext := extendRound(t, f, ref, st)
+			for n, o := range votes {
+				f.vote(to, n, r, o)
+			}
+			if e := <-ext; e.Err == nil {
+				t.Fatalf("extended with votes %v", votes)
+			}
+			if name == "lost" {
+				round[*node.Release](t, f)
+			} else if st.Err() != nil {
+				t.Fatalf("lease ended: %v", st.Err())
+			}
+			f.quiet(t)
+		})
+	}
 }
 
 // A lease that ended (here, at its deadline) heals nothing, though a vote
 // of its last round asks for it.
 func TestNoHealOnceEnded(t *testing.T) {
-	f := newFakeNodes(t, 3)
-	clock := newFakeClock()
-	f.clock = clock
-	ref, st := heldOn(t, f)
-	r, to, ext := extendRound(t, f, ref, st)
-	f.vote(to, 0, r, node.Granted)
-	f.vote(to, 1, r, node.Granted)
-	extendedOK(t, ext)
+	f, clock, st, r, to := wonOnTwo(t)
 	clock.Advance(healTTL)
 	if st.Err() == nil {
 		t.Fatal("held past its deadline")
