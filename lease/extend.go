@@ -154,7 +154,7 @@ func (a *leaseActor) extended() {
 // heal sets the lease's key on node i, where no key is, after an
 // extension round that a quorum of nodes holding the key won (see Healing
 // in the package doc), for what is left of the TTL since the round
-// started: a healed key never outlives the keys the round extended. The
+// started: a healed key expires with the keys the round extended. The
 // heal counts for nothing in this round, and nobody waits for its answer:
 // the next round extends the key like any other.
 func (a *leaseActor) heal(i int) {

@@ -36,8 +36,8 @@ type Request struct {
 func (r *Request) request() *Request { return r }
 
 // Command is sealed: *Acquire, *Fence, *Queue, *Extend, *Heal, and the
-// releases *Release, *HandOff, *Cleanup and *Leave. A node actor only reads a
-// command, so one message may go to every node of a round.
+// releases *Release, *HandOff, *Cleanup and *Leave. A node actor only
+// reads a command, so one message may go to every node of a round.
 type Command interface{ request() *Request }
 
 // Acquire asks the node to set Key to Value with TTL unless another owner
