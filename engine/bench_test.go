@@ -18,10 +18,13 @@ import (
 //
 //	go test -run '^$' -bench AcquireRelease -benchmem ./engine/
 //
-// Where the 15 allocations of a cycle go (5 nodes, 128 workers, from
+// Where the 16 allocations of a cycle go (5 nodes, 128 workers, from
 // -memprofile -memprofilerate 1), and why each is there:
-//   - 5 in Acquire: the lock key, the owner value (random, so new each
-//     time), the Lease the caller keeps, and the reply channel (a buffered
+//   - 6 in Acquire: the lock key (with its grants key: node.LockKeys),
+//     the owner value (random, so new each time), the caller's turn in
+//     its resource's line (the resource actor itself is recycled, and
+//     runs on the caller's goroutine), the Lease the caller keeps, and
+//     the reply channel (a buffered
 //     channel is two: its header and its buffer). The caller waits on its
 //     ctx beside the reply, so that a cancelled ctx stops the retries, at
 //     no cost (context.AfterFunc cost three).
@@ -47,10 +50,9 @@ import (
 // lease actor itself (actors.Mailbox.Offer) neither.
 // Nor does telemetry with the default no-op providers (see telemetry.go);
 // the otel=sdk cases measure its cost with the SDK recording everything.
-// The call=Acquire cases measure an uncontended Acquire, whose caller takes
-// a place in its resource's line: 3 allocations more (the line, the turn,
-// the line's slice of turns), and no command more; its retry schedule is
-// made only once it has to wait.
+// The call=Acquire cases measure an uncontended Acquire: no allocation
+// and no command more than TryAcquire (both take a turn in the line); its
+// retry schedule is made only once it has to wait.
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, bc := range []struct {
 		nodes, workers int

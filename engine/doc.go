@@ -36,6 +36,12 @@
 // stop answering are not waited on, and nothing is logged unless
 // Config.Logger is set.
 //
+// WithMeta stores who holds a lease (a host, a leader's address) in its
+// owner value, which refusals name (AcquireError.HeldBy); Lease.Check
+// reads on every node, without extending, whether a quorum still holds a
+// lease and for how long; Resume takes up, by its value, a lease that
+// another process acquired (lock in one request, release in another).
+//
 // Metrics and spans go to OpenTelemetry (Config.MeterProvider and
 // TracerProvider, the global providers by default; telemetry.go lists the
 // instruments). For operators, InspectNodes tells how an engine would
@@ -52,7 +58,7 @@
 // the place a release kept for the next caller, and answers a TryAcquire
 // on a resource held here without a round. Its states:
 //
-//	(none) -- a caller joins (Acquire, TryAcquire) --> active
+//	(none) -- a caller joins (Acquire, TryAcquire, Resume) --> active
 //	active -- the last caller leaves, the line unwatched --> gone
 //	active -- the last caller leaves, the line watched --> lingering
 //	lingering -- a caller joins --> active

@@ -274,20 +274,29 @@ func (e *Engine) acquire(ctx context.Context, resource string, attempts int, opt
 		name = "redlease.TryAcquire"
 	}
 	spanCtx, span := e.tel.start(ctx, name)
-	l, r, err := e.acquireLease(ctx, resource, attempts, opts, span.IsRecording())
+	l, r, err := e.acquireLease(ctx, resource, attempts, opts, span.IsRecording(), "")
 	e.tel.acquired(spanCtx, span, attempts == 1, start, r, resource, l, err)
 	return l, err
 }
 
-// acquireLease is Acquire, or TryAcquire with one attempt; it also returns
-// the lease actor's Result, with the winning round's votes if asked.
-func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int, opts []Option, winningVotes bool) (*Lease, lease.Result, error) {
+// acquireLease is Acquire, or TryAcquire with one attempt, or, given the
+// value of a lease held already (resume), Resume, whose one round is a
+// check; it also returns the lease actor's Result, with the winning
+// round's votes if asked.
+func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int, opts []Option, winningVotes bool, resume string) (*Lease, lease.Result, error) {
 	if e.closed.Load() {
 		return nil, lease.Result{}, ErrClosed
 	}
 	o, err := e.options(opts)
-	if err != nil {
+	switch {
+	case err != nil:
 		return nil, lease.Result{}, err
+	case resume == "" && o.token != 0:
+		return nil, lease.Result{}, errTokenAtAcquire
+	case resume != "" && o.meta != "":
+		return nil, lease.Result{}, errMetaAtResume
+	case resume != "" && len(resume) > maxValueLen:
+		return nil, lease.Result{}, fmt.Errorf("redlease: Resume's value is %d bytes long: no Lease.Value is longer than %d", len(resume), maxValueLen)
 	}
 	if resource == "" {
 		return nil, lease.Result{}, errors.New("redlease: resource must not be empty")
@@ -296,11 +305,15 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		return nil, lease.Result{}, fmt.Errorf("redlease: resource is %d bytes long, at most %d", len(resource), MaxResourceLen)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil)}
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil), resumed: resume != ""}
+	}
+	value := resume
+	if value == "" {
+		value = ownerValue(o.meta)
 	}
 	key, grants := node.LockKeys(e.cfg.KeyPrefix, resource)
 	cfg := lease.Config{
-		Resource: resource, Key: key, Grants: grants, Value: newValue(),
+		Resource: resource, Key: key, Grants: grants, Value: value,
 		TTL: o.ttl, NodeTimeout: e.cfg.NodeTimeout,
 		Attempts: attempts, MaxHold: o.maxHold, AutoExtend: o.autoExtend,
 	}
@@ -310,7 +323,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if dl, ok := ctx.Deadline(); ok {
 		cfg.Deadline = dl
 	}
-	if o.fencing {
+	if o.fencing && resume == "" {
 		cfg.FenceKey = fenceKey(key)
 	}
 	reply := make(chan lease.Result, 1)
@@ -320,14 +333,14 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 		return nil, lease.Result{}, err
 	} else if err != nil {
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil)}
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil), resumed: resume != ""}
 	}
 	if t.refused || t.crashed {
 		cause := errHeldHere
 		if t.crashed {
 			cause = errCrashed
 		}
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: cause}
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: cause, resumed: resume != ""}
 	}
 	cfg.Line = t
 	if attempts > 1 {
@@ -337,6 +350,22 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		// became the head: callers of every engine go in the order
 		// they came, not engines in turn.
 		cfg.Since, cfg.QueueAtOnce = t.since, t.contended
+	}
+	if resume != "" {
+		// Held at the head of the line, as an acquire that won.
+		r, err := e.read(ctx, resource, value)
+		if err == nil {
+			err = r.Resumes(time.Now(), o.ttl)
+		}
+		if err != nil {
+			t.Done(false)
+			if errors.Is(err, ErrClosed) {
+				return nil, lease.Result{}, err
+			}
+			return nil, lease.Result{}, &AcquireError{Resource: resource, Attempts: 1, Nodes: e.nodeOutcomes(r.Votes), Cause: err,
+				HeldBy: lease.HeldBy(r.Votes), resumed: true}
+		}
+		cfg.Resumed = &lease.Resumed{Start: r.Start, Until: r.Until, Token: o.token}
 	}
 
 	e.mu.Lock()
@@ -377,7 +406,8 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		}
 	}
 	if r.Err != nil {
-		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err}
+		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err,
+			HeldBy: lease.HeldBy(r.Votes), resumed: resume != ""}
 	}
 	t.held.Store(true)
 	return &Lease{e: e, ref: ref, state: st, resource: resource, value: cfg.Value}, r, nil

@@ -68,18 +68,32 @@ const (
 // for a node that refused with ErrQuarantined, QuarantinedUntil.
 type NodeOutcome = lease.NodeOutcome
 
-// AcquireError is the error of a failed Acquire or TryAcquire. It matches
-// ErrNotAcquired, and its Cause (a context's error, ErrClosed) through
-// errors.Is.
+// AcquireError is the error of a failed Acquire, TryAcquire or Resume. It
+// matches ErrNotAcquired, and its Cause (a context's error, ErrClosed,
+// ErrLeaseLost for a Resume) through errors.Is.
 type AcquireError struct {
 	Resource string
 	Attempts int           // rounds tried
 	Nodes    []NodeOutcome // of the last round, in Config.Nodes order; none without a round
 	Cause    error         // what ended the attempts
+	// HeldBy is the meta (WithMeta) of the owner that held the resource on
+	// a quorum of the nodes in the last round, which the error's text
+	// names ("held by"); "" when none did, or it has no meta.
+	HeldBy string
+
+	resumed bool // of a Resume
 }
 
 func (e *AcquireError) Error() string {
-	text := fmt.Sprintf("%s%q not acquired after %d attempt(s): %s", errtext.Prefix, e.Resource, e.Attempts, errtext.Bare(e.Cause))
+	var text string
+	if e.resumed {
+		text = fmt.Sprintf("%s%q not resumed: %s", errtext.Prefix, e.Resource, errtext.Bare(e.Cause))
+	} else {
+		text = fmt.Sprintf("%s%q not acquired after %d attempt(s): %s", errtext.Prefix, e.Resource, e.Attempts, errtext.Bare(e.Cause))
+	}
+	if e.HeldBy != "" {
+		text += fmt.Sprintf("; held by %q", e.HeldBy)
+	}
 	if len(e.Nodes) == 0 { // no round
 		return text
 	}

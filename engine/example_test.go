@@ -88,3 +88,52 @@ func ExampleLease_Events() {
 }
 
 func lead(ctx context.Context) { <-ctx.Done() }
+
+// Say who holds a lease: its meta is stored with it, and named to whoever
+// is refused, so that followers know their leader without a side channel.
+func ExampleWithMeta() {
+	var e *engine.Engine // from engine.New
+	lease, err := e.TryAcquire(context.Background(), "leader", engine.WithMeta("10.0.0.7:8080"))
+	var ae *engine.AcquireError
+	if errors.As(err, &ae) && ae.HeldBy != "" {
+		log.Printf("following the leader at %s", ae.HeldBy) // its error says: held by "10.0.0.7:8080"
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+}
+
+// Ask the nodes whether a lease is still held, and for how long, without
+// extending it.
+func ExampleLease_Check() {
+	var lease *engine.Lease // from Acquire
+	c, err := lease.Check(context.Background())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if !c.Quorum {
+		log.Printf("held on %d nodes only; the resource is held by %q", c.Holding, c.Meta)
+	}
+	log.Printf("a quorum's keys live %v more", c.TTL)
+}
+
+// Lock in one request, release in another: the second process takes the
+// lease up by its value (and its token, if fenced).
+func ExampleEngine_Resume() {
+	var e *engine.Engine // from engine.New
+	var value string     // Lease.Value, from the process that acquired
+	var token uint64     // Lease.Token, likewise (WithFencing)
+	lease, err := e.Resume(context.Background(), "invoice:42", value, engine.WithToken(token))
+	if errors.Is(err, engine.ErrLeaseLost) {
+		log.Print("the lease is gone: expired, released or taken over")
+		return
+	}
+	if err != nil {
+		log.Fatal(err) // nodes did not answer: it may still be held
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		log.Print(err)
+	}
+}

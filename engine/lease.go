@@ -14,9 +14,9 @@ import (
 // by Until.
 //
 // The methods of a nil *Lease (what a failed Acquire returns) answer as of
-// a lease never held: Err, Release and Extend return ErrNotAcquired, Done
-// and Events are closed, Context is cancelled with ErrNotAcquired. A
-// deferred Release after a failed Acquire is harmless.
+// a lease never held: Err, Release, Extend and Check return
+// ErrNotAcquired, Done and Events are closed, Context is cancelled with
+// ErrNotAcquired. A deferred Release after a failed Acquire is harmless.
 type Lease struct {
 	e        *Engine
 	ref      lease.Ref
@@ -37,7 +37,9 @@ func (l *Lease) Resource() string {
 }
 
 // Value is the lease's owner value, stored at <KeyPrefix>{<resource>} on
-// the nodes that granted it: 20 random bytes, URL-safe base64.
+// the nodes that granted it: 20 random bytes, URL-safe base64, then, with
+// WithMeta, MetaSep ("|") and the meta. It is the lease's secret:
+// whoever has it can Resume, and so release, the lease.
 func (l *Lease) Value() string {
 	if l == nil {
 		return ""

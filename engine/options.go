@@ -16,6 +16,8 @@ type Option struct {
 	set        optionKind
 	d          time.Duration // WithTTL's TTL, WithAutoExtend's maxHold
 	newBackOff func() backoff.BackOff
+	meta       string // WithMeta's
+	token      uint64 // WithToken's
 }
 
 type optionKind uint8
@@ -25,6 +27,8 @@ const (
 	setAutoExtend
 	setFencing
 	setRetry
+	setMeta
+	setToken
 )
 
 // apply sets what opt says in o; the zero Option sets nothing.
@@ -38,6 +42,10 @@ func (opt Option) apply(o *options) {
 		o.fencing = true
 	case setRetry:
 		o.newBackOff = opt.newBackOff
+	case setMeta:
+		o.meta = opt.meta
+	case setToken:
+		o.token = opt.token
 	}
 }
 
@@ -47,6 +55,8 @@ type options struct {
 	autoExtend bool
 	maxHold    time.Duration // resolved: WithAutoExtend's, else Config.MaxHold, else DefaultMaxHoldTTLs·ttl
 	fencing    bool
+	meta       string // WithMeta's
+	token      uint64 // WithToken's
 }
 
 // WithTTL sets the lease's TTL for this call instead of Config.TTL. It must
@@ -111,6 +121,9 @@ func (e *Engine) options(opts []Option) (options, error) {
 	}
 	if o.newBackOff == nil {
 		return o, errors.New("redlease: WithRetry needs a BackOff factory, got nil")
+	}
+	if err := checkMeta(o.meta); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -356,11 +356,12 @@ func (r *resource) rejoin(t *turn) {
 		}
 		w.handedOn = time.Time{}
 	}
-	if w.kept != nil && w.kept.ttl == t.ttl {
+	if w.kept != nil && w.kept.ttl == t.ttl && node.MetaOf(w.kept.value) == node.MetaOf(t.value) {
 		// The place a release kept: queued already, by when the release
-		// was sent. Only for a lease of the TTL it was kept with: a
-		// release may grant the place the key with that TTL. (A caller
-		// with another leaves it to its timer.)
+		// was sent. Only for a lease of the TTL it was kept with, since a
+		// release may grant the place the key with that TTL, and of its
+		// meta, which its value carries. (A caller with another leaves it
+		// to its timer.)
 		k := r.takeKept()
 		t.value, t.since, t.queued = k.value, k.since, true
 	}
@@ -455,7 +456,8 @@ func (r *resource) handOff(t *turn) {
 	case r.listening():
 		k := r.w.kept
 		if k == nil {
-			k = &kept{value: newValue(), since: time.Now(), ttl: t.ttl}
+			// For a caller like the releasing one: its TTL, its meta.
+			k = &kept{value: ownerValue(node.MetaOf(t.value)), since: time.Now(), ttl: t.ttl}
 			k.timer = time.AfterFunc(r.ls.keepFor, func() { r.inbox.Post(&unkeep{k}) })
 			r.w.kept = k
 		}

@@ -123,7 +123,7 @@ func (a *leaseActor) decide() {
 	case a.tally.won() && a.phase == acquiring && a.cfg.FenceKey != "":
 		a.startFence()
 	case a.tally.won():
-		a.hold()
+		a.hold(a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), a.start.Add(a.cfg.TTL/ExtendDivisor))
 	case a.tally.lost() && a.phase == fencing:
 		a.roundFailed(errFenceRefused)
 	case a.tally.lost():
@@ -131,14 +131,17 @@ func (a *leaseActor) decide() {
 	}
 }
 
-func (a *leaseActor) hold() {
+// hold makes the lease held since a.start, valid until until, with its
+// first automatic extension at extendAt: a won round (start + TTL −
+// drift, and a third of the TTL), or a check round's word (resume).
+func (a *leaseActor) hold(until, extendAt time.Time) {
 	a.clearAlarm()
 	a.to(held)
 	// Acquiring is over: free what only it used, for as long as the lease
 	// is held.
 	a.backOff, a.failedVotes, a.heard = nil, nil, nil
 	a.state.token = a.token
-	a.state.hold(a.start, a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL), a.atDeadline(nil))
+	a.state.hold(a.start, until, EndMargin(a.cfg.TTL), a.atDeadline(nil))
 	a.armDeadline()
 	r := Result{Attempts: a.attempts}
 	if a.cfg.WinningVotes {
@@ -152,7 +155,7 @@ func (a *leaseActor) hold() {
 	// it starts then sees only what comes after.
 	a.emit(Acquired, nil)
 	a.reply(r)
-	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
+	a.planExtend(extendAt)
 	if a.info {
 		a.cfg.Logger.Info("redlease: acquired", "resource", a.cfg.Resource, "attempts", a.attempts,
 			"until", a.state.Until())
@@ -372,6 +375,7 @@ var (
 	errTooSlow                = errors.New("redlease: quorum reached after the validity ran out")
 	errNoExtension            = errors.New("redlease: no extension before the validity deadline")
 	errFenceRefused           = errors.New("redlease: the fencing token reached no quorum of the granting nodes")
+	errExpiresSoon            = errors.New("redlease: the keys of the quorum expire too soon to resume the lease")
 )
 
 // jitter returns d scaled by a random factor in [0.5, 1.5).

@@ -154,6 +154,10 @@ func (a *leaseActor) begin(m *begin) {
 	a.perLease = perLease{cfg: m.cfg, state: m.state,
 		debug: m.cfg.Logger.Enabled(context.Background(), slog.LevelDebug),
 		info:  m.cfg.Logger.Enabled(context.Background(), slog.LevelInfo)}
+	if a.cfg.Resumed != nil {
+		a.resume()
+		return
+	}
 	if a.cfg.QueueAtOnce || a.cfg.Queued {
 		a.queue()
 	}

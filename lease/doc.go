@@ -15,6 +15,8 @@
 //	    acquiring
 //	idle -- begin, WaitFirst: to hear the release of the lease before it in its engine's line -->
 //	    waiting
+//	idle -- begin, Resumed: a check round found a quorum holding the lease's value -->
+//	    held
 //	acquiring -- a quorum in time, with a FenceKey -->
 //	    fencing
 //	acquiring, fencing -- a quorum in time (fencing: of the granting nodes) -->
@@ -214,6 +216,11 @@
 //     are dropped. Acquire, fence and extend rounds are decided at quorum
 //     (startVote); a release or a cleanup takes a round number only so
 //     that its votes are told apart.
+//   - check: a round of node.Check (Pool.Check), which reads on every
+//     node whether a lease's key holds its value, and for how long, and
+//     changes nothing. Read takes what a quorum still guarantees, by the
+//     acquire's validity rule; a lease resumed on its word
+//     (Config.Resumed) is held at once, without an acquire round.
 //   - vote: a node's answer to one command (node.Vote): Granted (the node
 //     did what was asked), Taken (another owner's key; for a release, a
 //     key that is not this owner's), Absent (for an extend: no key),

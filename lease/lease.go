@@ -72,6 +72,10 @@ type Config struct {
 	// votes too (a copy: for tracing, off by default).
 	WinningVotes bool
 	AutoExtend   bool // extend at a third of the TTL until MaxHold
+	// Resumed, if set, starts the lease held, on a check round's word
+	// (see Resumed): it runs no acquire round, and MaxHold counts from
+	// Resumed.Start.
+	Resumed *Resumed
 }
 
 // Owner is told what a lease actor does that concerns more than its

@@ -20,6 +20,14 @@ type NodeOutcome struct {
 	// QuarantinedUntil: when a node that refused with ErrQuarantined ends
 	// its restart quarantine; zero otherwise.
 	QuarantinedUntil time.Time
+	// TTL: the remaining TTL of the node's lock key, as the node answered
+	// a check (whoever holds it), or an acquire it refused as Taken; zero
+	// otherwise.
+	TTL time.Duration
+	// HeldBy: the meta (engine.WithMeta) of the owner whose key the node
+	// holds, when it answered Taken because of it; "" otherwise, or for an
+	// owner without one.
+	HeldBy string
 }
 
 // Outcomes names a round's votes, by node (addrs in node order). A node
@@ -34,10 +42,26 @@ func Outcomes(votes []node.Vote, addrs []string) []NodeOutcome {
 		out[i] = NodeOutcome{Addr: addr, Outcome: node.Timeout, Err: ErrNotAnswered}
 		if i < len(votes) && votes[i].Outcome != 0 {
 			v := votes[i]
-			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err, QuarantinedUntil: v.Until}
+			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err, TTL: v.TTL, HeldBy: v.Meta}
+			if errors.Is(v.Err, node.ErrQuarantined) { // a Taken vote's Until is when the holder's key expires
+				out[i].QuarantinedUntil = v.Until
+			}
 		}
 	}
 	return out
+}
+
+// HeldBy is the meta (engine.WithMeta) of the one owner whose key a
+// quorum of votes answered Taken, or "": none holds a quorum, or it has
+// no meta.
+func HeldBy(votes []node.Vote) string {
+	holder, _ := heldBy(votes)
+	for _, v := range votes {
+		if holder != "" && v.Holder == holder {
+			return v.Meta
+		}
+	}
+	return ""
 }
 
 // ErrNotAnswered is the Err of a node whose answer had not come when its

@@ -21,8 +21,8 @@ func TestRefusalTexts(t *testing.T) {
 		vote  node.Vote
 	}{
 		{"granted", node.Vote{Outcome: node.Granted}},
-		{"taken", node.Vote{Outcome: node.Taken}},
-		{"absent", node.Vote{Outcome: node.Absent}}, // an extension's: not the lease's key either
+		{"taken", node.Vote{Outcome: node.Taken, Until: back, Holder: "h", Meta: "web-1"}}, // when its key expires
+		{"absent", node.Vote{Outcome: node.Absent}},                                        // an extension's: not the lease's key either
 		{"down (node down)", node.Vote{Outcome: node.Failed, Err: node.ErrNodeDown}},
 		{"quarantined until 12:00:00.000", node.Vote{Outcome: node.Failed, Err: node.ErrQuarantined, Until: back}},
 		{"timeout (node timeout)", node.Vote{Outcome: node.Timeout, Err: errors.New("redlease: node timeout")}},

@@ -49,6 +49,7 @@ type edge struct {
 var edges = []edge{
 	{[]phase{idle}, acquiring, "begin"},
 	{[]phase{idle}, waiting, "begin, WaitFirst: to hear the release of the lease before it in its engine's line"},
+	{[]phase{idle}, held, "begin, Resumed: a check round found a quorum holding the lease's value"},
 	{[]phase{acquiring}, fencing, "a quorum in time, with a FenceKey"},
 	{[]phase{acquiring, fencing}, held, "a quorum in time (fencing: of the granting nodes)"},
 	{[]phase{acquiring}, acquiring, "refused by an owner whose release was heard since, or with a recheck owed: at once"},

@@ -10,13 +10,13 @@
 -- scriptCmds; TestScriptAgreesWithTable checks these lines and arity
 -- below against it):
 --
---   a  acquire -> 1 | {0, pttl, holder} | -1
+--   a  acquire -> 1 | {0, pttl, holder, meta} | -1
 --        KEYS lock
 --        ARGV value, ttl
---   w  acquire, queueing -> 1 | {0, pttl, holder} | -1
+--   w  acquire, queueing -> 1 | {0, pttl, holder, meta} | -1
 --        KEYS lock, queue, grants
 --        ARGV value, ttl, since
---   A  fenced acquire -> {1, counter} | {0, pttl, holder} | -1
+--   A  fenced acquire -> {1, counter} | {0, pttl, holder, meta} | -1
 --        KEYS lock, queue, grants, fence
 --        ARGV value, ttl, since
 --   e  extend -> 1 | 0 | -2
@@ -40,6 +40,9 @@
 --   f  fence -> 1 | 0
 --        KEYS lock, fence
 --        ARGV value, token
+--   c  check -> {1, pttl} | {0, pttl, holder, meta} | 0 | -1
+--        KEYS lock
+--        ARGV value
 --   h  heal -> 1 | 0 | -1
 --        KEYS lock
 --        ARGV value, ttl
@@ -48,8 +51,9 @@
 -- grants, the queue's grants (<lock>:queue:grants); fence, its fence
 -- counter. Every key a command touches is among its KEYS, so that a batch
 -- runs where Redis Cluster puts its keys. The commands that never touch
--- the queue (a, e, d, f, h) do not carry its keys, nor do the common ones (a,
--- d, r, l) an argument they do not use: each costs the node its parsing.
+-- the queue (a, e, d, f, c, h) do not carry its keys, nor do the common
+-- ones (a, d, r, l) an argument they do not use: each costs the node its
+-- parsing.
 -- TTLs are in milliseconds; since is when a caller began to wait
 -- (microseconds), or '' for a caller that does not queue; announce,
 -- leave, keep and ungranted are '1' or ''. Answers one reply per command,
@@ -60,8 +64,8 @@
 -- acquire grants (1) when the lock key was free or already held by this
 -- owner, so a retry after a lost reply is idempotent; it refuses when
 -- another owner holds it with {0, the key's PTTL, SHA1 of the holder's
--- value}, so that a waiter knows when the key expires and whether one
--- owner holds a quorum; and it answers -1 without granting when the epoch
+-- value, the holder's meta}, so that a waiter knows when the key expires,
+-- whether one owner holds a quorum, and who (taken, below); and it answers -1 without granting when the epoch
 -- marker, or the replication id it names, is not the one required: the
 -- node lost its data (FLUSHALL, a restart, a failover) and must sit out
 -- until every lease it may have held has expired. A refused caller that
@@ -135,13 +139,25 @@
 -- lock (1): a waiter that is to let the waiters named before it go first
 -- takes its place among them at once.
 --
+-- An owner value may carry a meta, after its first metaSep (Go: MetaSep):
+-- <random part>|<meta>, the random part URL-safe base64, which never
+-- holds the separator. A refusal answers the holder's meta, never its
+-- value: values stay secret.
+--
+-- check reads, and changes nothing: {1, the key's PTTL} when this owner
+-- holds the key; a refusal's answer (taken) when another owner does; 0
+-- when nobody does; and -1, as an acquire, when the epoch marker is not
+-- the one required (the node may have lost the key: its word does not
+-- count).
+--
 -- fence writes the lease's token back (raising the counter, never
 -- lowering it) only while this owner holds the lock key: 1; else 0. A
 -- fenced grant and a fence give the counter fenceIdle to live from then:
 -- an idle one expires, and starts again at the node's clock.
 
 -- Each call runs this body again, closures included, so it defines only
--- what a command needs more than once: run, epochHolds, join, leaves;
+-- what a command needs more than once: run, epochHolds, join, leaves,
+-- taken;
 -- and runAll, so that a batch costs one pcall rather than one per
 -- command.
 
@@ -151,12 +167,16 @@ local epochOK = nil -- whether the marker is the one required, read once
 -- included (nargs), a command takes; the header's lines say which (Go:
 -- scriptCmds). Two flat tables: the body, these included, runs again at
 -- every call.
-local nkeys = {a = 1, w = 3, A = 4, e = 1, d = 1, r = 3, l = 3, s = 3, q = 3, f = 2, h = 1}
-local nargs = {a = 3, w = 4, A = 4, e = 3, d = 2, r = 2, l = 2, s = 9, q = 4, f = 3, h = 3}
+local nkeys = {a = 1, w = 3, A = 4, e = 1, d = 1, r = 3, l = 3, s = 3, q = 3, f = 2, c = 1, h = 1}
+local nargs = {a = 3, w = 4, A = 4, e = 3, d = 2, r = 2, l = 2, s = 9, q = 4, f = 3, c = 2, h = 3}
 
 -- The release channel's suffix and the end of an announcement that
 -- granted (Go: ReleasedSuffix, GrantedSuffix).
 local releasedSuffix, grantedSuffix = ':released', ' g'
+
+-- What ends the random part of an owner value that carries a meta (Go:
+-- MetaSep).
+local metaSep = '|'
 
 -- fenceIdle: a fence counter lives this long (ms) after the last fenced
 -- grant or write-back of its resource (node.FenceIdle).
@@ -217,6 +237,13 @@ local function leaves(queue, grants, member)
   redis.call('HDEL', grants, member)
 end
 
+-- taken is the answer about lock, which holder, another owner's value,
+-- holds: {0, its PTTL, its SHA1, its meta}.
+local function taken(lock, holder)
+  local i = string.find(holder, metaSep, 1, true)
+  return {0, redis.call('PTTL', lock), redis.sha1hex(holder), i and string.sub(holder, i + 1) or ''}
+end
+
 -- run runs the command coded c whose keys start at KEYS[k] and whose
 -- arguments at ARGV[a]; the keys are in the order of its header line.
 local function run(c, k, a)
@@ -240,7 +267,7 @@ local function run(c, k, a)
           -- A fenced waiter needs its round for the counter: no grant.
           join(queue, grants, since, redis.sha1hex(value), ttl, c == 'w' and value)
         end
-        return {0, redis.call('PTTL', lock), redis.sha1hex(holder)}
+        return taken(lock, holder)
       end
       redis.call('PEXPIRE', lock, ttl)
     end
@@ -352,6 +379,17 @@ local function run(c, k, a)
     end
     redis.call('PEXPIRE', fence, fenceIdle)
     return 1
+  elseif c == 'c' then
+    if not epochHolds() then
+      return -1
+    end
+    local holder = redis.call('GET', lock)
+    if not holder then
+      return 0
+    elseif holder ~= value then
+      return taken(lock, holder)
+    end
+    return {1, redis.call('PTTL', lock)}
   end
   error('unknown command ' .. c)
 end

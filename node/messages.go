@@ -35,9 +35,10 @@ type Request struct {
 
 func (r *Request) request() *Request { return r }
 
-// Command is sealed: *Acquire, *Fence, *Queue, *Extend, *Heal, and the
-// releases *Release, *HandOff, *Cleanup and *Leave. A node actor only
-// reads a command, so one message may go to every node of a round.
+// Command is sealed: *Acquire, *Fence, *Queue, *Extend, *Heal, the
+// releases *Release, *HandOff, *Cleanup and *Leave, and *Check. A node
+// actor only reads a command, so one message may go to every node of a
+// round.
 type Command interface{ request() *Request }
 
 // Acquire asks the node to set Key to Value with TTL unless another owner
@@ -172,6 +173,15 @@ type Leave struct {
 	KeepGrant bool
 }
 
+// Check reads whether Value holds Key, and for how long, and changes
+// nothing: Granted when it does, with the key's remaining TTL (Vote.TTL);
+// Taken when it does not, with the holder's Digest, MetaOf and TTL when
+// another owner's key is there. Like an Acquire, it is answered Failed
+// with ErrQuarantined while the node may have lost lock keys, and with
+// ErrEvicting while it may evict them: what it answers decides whether a
+// lease is held (engine.Resume).
+type Check struct{ Request }
+
 // Digest names an owner value as a refused Acquire's Vote.Holder and a
 // release announcement do: its SHA1, in hex.
 func Digest(value string) string {
@@ -230,8 +240,14 @@ type Vote struct {
 	Until time.Time
 	// Holder: for an acquire refused as Taken, the holder's value as
 	// Digest gives it, so that a round can tell one owner holding a quorum
-	// from a split vote.
+	// from a split vote; for a Check answered Taken, the same, when
+	// another owner's key is there.
 	Holder string
+	// Meta: with Holder, the holder's meta (MetaOf its value; "" for none).
+	Meta string
+	// TTL: for a Check, and with Holder, the key's remaining TTL as the
+	// node answered (its PTTL; 0 for a key without one).
+	TTL time.Duration
 }
 
 // votes recycles Votes: ten go out per acquire and release on five

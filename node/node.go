@@ -152,12 +152,16 @@ const (
 	opAcquireFenced
 	opFence
 	opQueue
+	opCheck
 	opHeal
 )
 
-// acquires: refused while the node is quarantined or may evict. A heal
-// sets a key as an acquire does.
-func (o op) acquires() bool { return o == opAcquire || o == opAcquireFenced || o == opHeal }
+// acquires: refused while the node is quarantined or may evict lock keys:
+// acquires; heals, which set a key as an acquire does; and checks, whose
+// answers decide whether a lease is held.
+func (o op) acquires() bool {
+	return o == opAcquire || o == opAcquireFenced || o == opHeal || o == opCheck
+}
 
 // entry is one queued command.
 type entry struct {
@@ -326,6 +330,8 @@ func (a *nodeActor) command(msg any) {
 		a.enqueue(entry{op: opQueue, req: &m.Request, ttl: m.TTL, since: m.Since})
 	case *Extend:
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
+	case *Check:
+		a.enqueue(entry{op: opCheck, req: &m.Request})
 	case *Heal:
 		a.enqueue(entry{op: opHeal, req: &m.Request, ttl: m.TTL})
 	case *Release:
@@ -656,13 +662,15 @@ func chunkOf(batch []entry, c int) []entry {
 
 // answerReply answers e with its reply in the batch script's answer.
 func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.Time, done *sent, out *actors.Batch) {
-	n, counter, holder, err := parseReply(reply)
+	n, counter, holder, meta, err := parseReply(reply)
 	switch {
 	case err != nil: // an error reply: the node is up, the command did nothing
 		if !e.silent {
 			a.reply(e, Failed, now, err, out)
 		}
 	case e.silent:
+	case n == 1 && e.op == opCheck: // counter: the key's PTTL
+		a.answer(e, Vote{Outcome: Granted, RTT: now.Sub(e.queued), TTL: pttl(counter)}, out)
 	case n == 1:
 		if e.op == opHeal {
 			a.stats.healed.Add(1)
@@ -674,9 +682,9 @@ func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.
 		done.lostData = true
 		a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine), out)
 	case holder != "": // counter: the key's PTTL
-		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder}
-		if pttl := int64(counter); pttl >= 0 {
-			v.Until = now.Add(time.Duration(pttl) * time.Millisecond)
+		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder, Meta: meta, TTL: pttl(counter)}
+		if int64(counter) >= 0 {
+			v.Until = now.Add(v.TTL)
 		}
 		a.answer(e, v, out)
 	default:
@@ -714,29 +722,39 @@ func firstNoScript(results []rueidis.RedisResult) int {
 }
 
 // parseReply reads a command's reply in the batch script's answer: an
-// integer, {1, counter} for a fenced grant, or {0, PTTL, holder} for an
-// acquire refused (counter then carries the PTTL, which may be negative);
-// or an error reply.
-func parseReply(msg *rueidis.RedisMessage) (n int64, counter uint64, holder string, err error) {
+// integer, {1, counter} for a fenced grant, {1, PTTL} for a check that
+// found the key its owner's, or {0, PTTL, holder, meta} for another
+// owner's key (counter then carries the PTTL, which may be negative); or
+// an error reply.
+func parseReply(msg *rueidis.RedisMessage) (n int64, counter uint64, holder, meta string, err error) {
 	if err = msg.Error(); err != nil {
-		return 0, 0, "", err
+		return 0, 0, "", "", err
 	}
 	if !msg.IsArray() {
 		n, err = msg.AsInt64()
-		return n, 0, "", err
+		return n, 0, "", "", err
 	}
 	arr, _ := msg.ToArray()
-	if len(arr) < 2 || len(arr) > 3 {
-		return 0, 0, "", fmt.Errorf("redlease: script answered %d values, want 2 or 3", len(arr))
+	if len(arr) != 2 && len(arr) != 4 {
+		return 0, 0, "", "", fmt.Errorf("redlease: script answered %d values, want 2 or 4", len(arr))
 	}
 	if n, err = arr[0].AsInt64(); err != nil {
-		return 0, 0, "", err
+		return 0, 0, "", "", err
 	}
 	c, err := arr[1].AsInt64()
-	if err == nil && len(arr) == 3 {
+	if err == nil && len(arr) == 4 {
 		holder, err = arr[2].ToString()
+		if err == nil {
+			meta, err = arr[3].ToString()
+		}
 	}
-	return n, uint64(c), holder, err
+	return n, uint64(c), holder, meta, err
+}
+
+// pttl is a PTTL the script answered, in counter: 0 for none (a key
+// without a TTL, -1).
+func pttl(counter uint64) time.Duration {
+	return max(time.Duration(int64(counter)), 0) * time.Millisecond
 }
 
 func (a *nodeActor) replyCounter(e *entry, now time.Time, counter uint64, out *actors.Batch) {

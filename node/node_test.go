@@ -929,3 +929,67 @@ func TestUnmarkedNodeIsQuarantinedAtFirstSight(t *testing.T) {
 		t.Fatalf("marker %q after the quarantine, want the lineage %q", marker, info.Lineage())
 	}
 }
+
+// A check reads the key and changes nothing: its owner's, with the TTL
+// left; another owner's, named by digest and meta, never by value; or
+// none. A refused acquire names the holder's meta too.
+func TestCheck(t *testing.T) {
+	h := newHarness(t, time.Second)
+	ctx := t.Context()
+	mine, theirs := "secret1|web-1 pid 7", "secret2|web-2 pid 9"
+	if v := h.ask(&Acquire{Request: h.req("k", mine, 1), TTL: 10 * time.Second}); v.Outcome != Granted {
+		t.Fatalf("acquire: %+v", v)
+	}
+	if err := h.server.Set(ctx, "o", theirs, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, key, value string
+		want             Vote
+		ttl              time.Duration // at most; more than half of it
+	}{
+		{"own key", "k", mine, Vote{Outcome: Granted}, 10 * time.Second},
+		{"another owner's key", "k", theirs, Vote{Outcome: Taken, Holder: Digest(mine), Meta: "web-1 pid 7"}, 10 * time.Second},
+		{"another owner's key, by meta alone", "k", "secret3|web-1 pid 7", Vote{Outcome: Taken, Holder: Digest(mine), Meta: "web-1 pid 7"}, 10 * time.Second},
+		{"a key without meta", "o", "x", Vote{Outcome: Taken, Holder: Digest(theirs), Meta: "web-2 pid 9"}, 5 * time.Second},
+		{"no key", "none", mine, Vote{Outcome: Taken}, 0},
+	} {
+		v := h.ask(&Check{h.req(tt.key, tt.value, 2)})
+		if v.Outcome != tt.want.Outcome || v.Holder != tt.want.Holder || v.Meta != tt.want.Meta || v.Err != nil ||
+			v.TTL > tt.ttl || v.TTL < tt.ttl/2 {
+			t.Errorf("%s: %+v, want %+v with a TTL within %v", tt.name, v, tt.want, tt.ttl)
+		}
+	}
+	if v := h.ask(&Acquire{Request: h.req("k", theirs, 3), TTL: time.Second}); v.Outcome != Taken || v.Meta != "web-1 pid 7" ||
+		v.Holder != Digest(mine) || v.TTL <= 5*time.Second || v.Until.IsZero() {
+		t.Errorf("refused acquire: %+v, want the holder's digest, meta and TTL", v)
+	}
+	if val, _, _ := h.server.Get(ctx, "k"); val != mine {
+		t.Errorf("after the checks the key is %q, want %q", val, mine)
+	}
+	if n, err := h.server.Do(ctx, "EXISTS", "none"); err != nil || n != int64(0) {
+		t.Errorf("a check made a key: %v %v", n, err)
+	}
+}
+
+// A node that may have lost its keys does not vote on a check either: the
+// script answers it as it does an acquire when the dataset changed under
+// the marker (here a new replication id, with no probe in between), and
+// the node actor then sits out its quarantine.
+func TestCheckWhileQuarantined(t *testing.T) {
+	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: time.Minute, HealthInterval: time.Hour, First: trusted})
+	if err := h.server.Set(t.Context(), "k", "me", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.ask(&Check{h.req("k", "me", 1)}); v.Outcome != Granted {
+		t.Fatalf("check on a trusted node: %+v", v)
+	}
+	if err := redisproc.Start(t, 1).Nodes[0].ReplicaOf(t.Context(), h.server); err != nil {
+		t.Fatal(err)
+	}
+	for round := uint64(2); round <= 3; round++ { // the script's answer, then the actor's
+		if v := h.ask(&Check{h.req("k", "me", round)}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+			t.Fatalf("check %d after the replication id changed: %+v, want ErrQuarantined", round, v)
+		}
+	}
+}

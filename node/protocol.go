@@ -28,6 +28,7 @@ const (
 	codeReleaseFull                  // s: every option of a release
 	codeQueue                        // q
 	codeFence                        // f
+	codeCheck                        // c
 	codeHeal                         // h
 )
 
@@ -75,9 +76,9 @@ type scriptCmd struct {
 	reply string
 }
 
-// Replies of the acquires: granted, refused (the holder's key's PTTL and
-// Digest), or the epoch marker is not the one required.
-const acquireReply = "1 | {0, pttl, holder} | -1"
+// Replies of the acquires: granted, refused (the holder's key's PTTL,
+// Digest and MetaOf), or the epoch marker is not the one required.
+const acquireReply = "1 | {0, pttl, holder, meta} | -1"
 
 // keyAbsent is extend's reply when no owner holds the key (Absent): it
 // tells a key the lease may heal from another owner's (0).
@@ -90,7 +91,7 @@ var scriptCmds = [...]scriptCmd{
 	codeAcquireQueueing: {"w", "acquire, queueing", []key{keyLock, keyQueue, keyGrants},
 		[]arg{argValue, argTTL, argSince}, acquireReply},
 	codeAcquireFenced: {"A", "fenced acquire", []key{keyLock, keyQueue, keyGrants, keyFence},
-		[]arg{argValue, argTTL, argSince}, "{1, counter} | {0, pttl, holder} | -1"},
+		[]arg{argValue, argTTL, argSince}, "{1, counter} | {0, pttl, holder, meta} | -1"},
 	codeExtend:           {"e", "extend", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -2"},
 	codeRelease:          {"d", "release", []key{keyLock}, []arg{argValue}, "1 | 0"},
 	codeReleaseAnnounced: {"r", "release, announced", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "1 | 0"},
@@ -101,6 +102,7 @@ var scriptCmds = [...]scriptCmd{
 		"1 | 0"},
 	codeQueue: {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argSince, argTTL}, "1"},
 	codeFence: {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
+	codeCheck: {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | 0 | -1"},
 	codeHeal:  {"h", "heal", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -1"},
 }
 
@@ -153,6 +155,20 @@ func FenceKey(lockKey string) string { return lockKey + fenceSuffix }
 // versions from overwriting each other's marker in a rolling upgrade.)
 func EpochKey(prefix string) string { return prefix + epochName }
 
+// MetaSep ends the random part of an owner value that carries a meta
+// (engine.WithMeta): <random part>|<meta>. The random part is URL-safe
+// base64, which never holds it.
+const MetaSep = "|"
+
+// MetaOf is the meta an owner value carries: what follows its first
+// MetaSep, or "" for none.
+func MetaOf(value string) string {
+	if i := strings.Index(value, MetaSep); i >= 0 {
+		return value[i+len(MetaSep):]
+	}
+	return ""
+}
+
 // ReleasedSuffix makes a lock key's release channel (see Announcement); it
 // keeps the key's hash tag.
 const ReleasedSuffix = ":released"
@@ -179,6 +195,8 @@ func (e *entry) code() code {
 		return codeQueue
 	case opFence:
 		return codeFence
+	case opCheck:
+		return codeCheck
 	case opHeal:
 		return codeHeal
 	}

@@ -68,6 +68,21 @@ func TestScriptAgreesWithTable(t *testing.T) {
 	if m[1] != ReleasedSuffix || m[2] != GrantedSuffix {
 		t.Errorf("batch.lua's suffixes are %q, %q; Go's %q, %q", m[1], m[2], ReleasedSuffix, GrantedSuffix)
 	}
+	m = regexp.MustCompile(`(?m)^local metaSep = '([^']*)'$`).FindStringSubmatch(batchLua)
+	if m == nil || m[1] != MetaSep {
+		t.Errorf("batch.lua's metaSep is %q, Go's MetaSep %q", m, MetaSep)
+	}
+}
+
+// MetaOf takes what follows the first separator: a meta may hold it too.
+func TestMetaOf(t *testing.T) {
+	for _, tt := range []struct{ value, meta string }{
+		{"abc", ""}, {"abc|", ""}, {"abc|web-3 pid 7", "web-3 pid 7"}, {"abc|a|b", "a|b"}, {"", ""},
+	} {
+		if got := MetaOf(tt.value); got != tt.meta {
+			t.Errorf("MetaOf(%q) = %q, want %q", tt.value, got, tt.meta)
+		}
+	}
 }
 
 // Every key batch.lua touches is one of a command's KEYS (or the epoch
@@ -110,6 +125,7 @@ func TestCommandsEncode(t *testing.T) {
 		{&Queue{Request: r, TTL: ttl, Since: "5"}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"q", "v", "5", "3000"}},
 		{&Fence{Request: r, FenceKey: "{r}:fence", Token: 9}, []string{"{r}", "{r}:fence"}, []string{"f", "v", "9"}},
 		{&Extend{Request: r, TTL: ttl}, []string{"{r}"}, []string{"e", "v", "3000"}},
+		{&Check{Request: r}, []string{"{r}"}, []string{"c", "v"}},
 		{&Heal{Request: r, TTL: 1234 * time.Millisecond}, []string{"{r}"}, []string{"h", "v", "1234"}},
 	} {
 		a := &nodeActor{cfg: Config{Index: 0}, stopping: true} // stopping: enqueue only queues

@@ -22,8 +22,10 @@ type lockJSON struct {
 	Resource string `json:"resource"`
 	// Held: a quorum holds the lock for Owner; otherwise the keys are the
 	// debris of a failed attempt, or of a lease ending.
-	Held  bool      `json:"held"`
-	Owner string    `json:"owner,omitempty"`
+	Held  bool   `json:"held"`
+	Owner string `json:"owner,omitempty"`
+	// Meta is the owner's meta (engine.WithMeta), which its value carries.
+	Meta  string    `json:"meta,omitempty"`
 	Fence uint64    `json:"fence"`
 	Keys  []keyJSON `json:"keys"`
 }
@@ -46,7 +48,7 @@ func runLocks(ctx context.Context, o *options, cfg engine.Config, args []string,
 	}
 	out := locksJSON{Quorum: engine.Quorum(len(cfg.Nodes)), Locks: make([]lockJSON, len(reports))}
 	for i, r := range reports {
-		l := lockJSON{Resource: r.Resource, Held: r.Owner != "", Owner: r.Owner, Fence: r.Fence}
+		l := lockJSON{Resource: r.Resource, Held: r.Owner != "", Owner: r.Owner, Meta: engine.MetaOf(r.Owner), Fence: r.Fence}
 		for _, k := range r.Keys {
 			l.Keys = append(l.Keys, keyJSON{Node: k.Node, Value: k.Value, TTLMillis: k.TTL.Milliseconds()})
 		}
@@ -68,13 +70,16 @@ func runLocks(ctx context.Context, o *options, cfg engine.Config, args []string,
 
 func printLocks(s ios, nodes []string, out locksJSON) {
 	w := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "RESOURCE\tSTATE\tOWNER\tNODES\tTTL PER NODE\tFENCE")
+	fmt.Fprintln(w, "RESOURCE\tSTATE\tOWNER\tMETA\tNODES\tTTL PER NODE\tFENCE")
 	held := 0
 	for _, l := range out.Locks {
-		state, owner := "debris", distinctValues(l.Keys)
+		state, owner, meta := "debris", distinct(l.Keys, random), distinct(l.Keys, engine.MetaOf)
 		if l.Held {
-			state, owner = "held", l.Owner
+			state, owner, meta = "held", random(l.Owner), l.Meta
 			held++
+		}
+		if meta == "" {
+			meta = "-"
 		}
 		var which, ttls []string
 		for _, k := range l.Keys {
@@ -82,7 +87,7 @@ func printLocks(s ios, nodes []string, out locksJSON) {
 			which = append(which, n)
 			ttls = append(ttls, n+":"+ttlText(k.TTLMillis))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d/%d (%s)\t%s\t%d\n", printable(l.Resource), state, owner,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d/%d (%s)\t%s\t%d\n", printable(l.Resource), state, owner, printable(meta),
 			len(l.Keys), len(nodes), strings.Join(which, ","), strings.Join(ttls, " "), l.Fence)
 	}
 	w.Flush()
@@ -93,15 +98,23 @@ func printLocks(s ios, nodes []string, out locksJSON) {
 	}
 }
 
-// distinctValues lists the owner values of a resource's keys, once each.
-func distinctValues(keys []keyJSON) string {
-	var values []string
+// distinct lists part of the owner values of a resource's keys, once
+// each, leaving out "".
+func distinct(keys []keyJSON, part func(value string) string) string {
+	var parts []string
 	for _, k := range keys {
-		if !slices.Contains(values, k.Value) {
-			values = append(values, k.Value)
+		if p := part(k.Value); p != "" && !slices.Contains(parts, p) {
+			parts = append(parts, p)
 		}
 	}
-	return strings.Join(values, ",")
+	return strings.Join(parts, ",")
+}
+
+// random is an owner value without its meta: the table shows the meta
+// apart.
+func random(value string) string {
+	random, _, _ := strings.Cut(value, engine.MetaSep)
+	return random
 }
 
 func ttlText(ms int64) string {

@@ -2,7 +2,7 @@
 // marks new nodes, for operators.
 //
 //	redlease nodes    -nodes a,b,c            each node: state, role, run id, uptime, trusted, quarantine, RTT
-//	redlease locks    -nodes a,b,c [PATTERN]  the lock keys: holders, owner, TTL per node, fence, held or debris
+//	redlease locks    -nodes a,b,c [PATTERN]  the lock keys: holders, owner, meta, TTL per node, fence, held or debris
 //	redlease mark-new -nodes a,b,c [-yes]     mark nodes as new, so that engines use them at once
 //
 // nodes exits 1 when fewer than a quorum of the nodes can serve an acquire
@@ -52,7 +52,7 @@ type command struct {
 
 var commands = []command{
 	{"nodes", "", "each node: state, role, run id, uptime, whether its data is trusted, the restart quarantine an engine would apply now, round trip; exits 1 when fewer than a quorum can serve", runNodes},
-	{"locks", "[PATTERN]", "the lock keys of resources matching PATTERN (a Redis glob, default *), read with SCAN: which nodes hold each, owner, TTL per node, fence counter, and whether a quorum holds it (held) or a minority (debris of a failed attempt)", runLocks},
+	{"locks", "[PATTERN]", "the lock keys of resources matching PATTERN (a Redis glob, default *), read with SCAN: which nodes hold each, owner, its meta (who holds it: engine.WithMeta), TTL per node, fence counter, and whether a quorum holds it (held) or a minority (debris of a failed attempt)", runLocks},
 	{"mark-new", "", "mark the nodes as new (engine.MarkNew), so that engines use them at once instead of sitting out a restart quarantine; asks first unless -yes, and refuses while any node holds a lock key (leases may be live)", runMarkNew},
 }
 

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,7 +191,7 @@ func TestLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	l, err := e.Acquire(ctx, "invoice:42", engine.WithFencing())
+	l, err := e.Acquire(ctx, "invoice:42", engine.WithFencing(), engine.WithMeta("web-1 pid 7"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,8 @@ func TestLocks(t *testing.T) {
 		t.Fatalf("locks: %+v; want invoice:42 and job:7, quorum 2", got)
 	}
 	inv, job := got.Locks[0], got.Locks[1]
-	if inv.Resource != "invoice:42" || !inv.Held || inv.Owner != l.Value() || inv.Fence != l.Token() || len(inv.Keys) < 2 {
+	if inv.Resource != "invoice:42" || !inv.Held || inv.Owner != l.Value() || inv.Meta != "web-1 pid 7" || inv.Fence != l.Token() ||
+		len(inv.Keys) < 2 {
 		t.Errorf("invoice:42: %+v; want held by %s on at least 2 nodes, fence %d", inv, l.Value(), l.Token())
 	}
 	for _, k := range inv.Keys {
@@ -216,7 +218,7 @@ func TestLocks(t *testing.T) {
 			t.Errorf("invoice:42 key %+v; want value %s, TTL within %v", k, l.Value(), engine.DefaultTTL)
 		}
 	}
-	if job.Resource != "job:7" || job.Held || len(job.Keys) != 1 || job.Keys[0].Node != a[0] || job.Keys[0].Value != "someone" ||
+	if job.Resource != "job:7" || job.Held || job.Meta != "" || len(job.Keys) != 1 || job.Keys[0].Node != a[0] || job.Keys[0].Value != "someone" ||
 		job.Keys[0].TTLMillis <= 0 || job.Keys[0].TTLMillis > 5000 {
 		t.Errorf("job:7: %+v; want debris on %s only, value someone, TTL within 5s", job, a[0])
 	}
@@ -238,6 +240,13 @@ func TestLocks(t *testing.T) {
 	for _, want := range []string{"RESOURCE", "invoice:42", "held", "job:7", "debris", "1/3 (1)", a[2] + ": "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q", want)
+		}
+	}
+	// The owner without its meta, which has a column of its own.
+	random, _, _ := strings.Cut(l.Value(), "|")
+	for _, want := range []string{`OWNER +META +NODES`, random + ` +"web-1 pid 7" +2/3`, `someone +- +1/3 \(1\)`} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("table lacks %s", want)
 		}
 	}
 }
