@@ -67,7 +67,11 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 		return errors.Join(errs...)
 	}
 
-	l, err := r.healers[0].TryAcquire(ctx, resource, engine.WithAutoExtend(4*ttl))
+	// Under load a round may time out: the owners retry as the workers do,
+	// within a TTL.
+	actx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	l, err := r.healers[0].Acquire(actx, resource, engine.WithAutoExtend(4*ttl), workerRetry)
 	if err != nil {
 		return err
 	}
@@ -97,7 +101,7 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 	// The gap begins just after an extension: the next is a third of a
 	// TTL away.
 	for range extensions {
-		if kind := nextRound(l, ttl); kind != engine.Extended {
+		if kind := nextExtension(l, ttl); kind != engine.Extended {
 			return fmt.Errorf("the lease's extension: %v (%v)", kind, l.Err())
 		}
 	}
@@ -106,7 +110,10 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 	if err := lapse(r.cluster.Nodes...); err != nil {
 		return err
 	}
-	b, err := r.healers[1].TryAcquire(ctx, resource)
+	// Before the lease's next extension: a third of a TTL from the last.
+	bctx, cancel := context.WithTimeout(ctx, ttl/engine.AutoExtendDivisor/2)
+	defer cancel()
+	b, err := r.healers[1].Acquire(bctx, resource, workerRetry)
 	if err != nil {
 		return fmt.Errorf("another owner in the gap: %w", err)
 	}
@@ -115,13 +122,14 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 	if err := b.Release(ctx); err != nil {
 		return err
 	}
-	nextRound(l, ttl) // lost, unless it was made again
+	nextExtension(l, ttl) // lost, unless it was made again
 	return nil
 }
 
-// nextRound waits up to limit for l's next extension round, and returns
-// its event: Extended, ExtendFailed or the lease's end (0: none came).
-func nextRound(l *engine.Lease, limit time.Duration) engine.EventKind {
+// nextExtension waits up to limit for l's next extension (a failed round
+// is tried again), and returns Extended, or how the lease ended (0:
+// neither came).
+func nextExtension(l *engine.Lease, limit time.Duration) engine.EventKind {
 	timeout := time.After(limit)
 	for {
 		select {
@@ -129,7 +137,7 @@ func nextRound(l *engine.Lease, limit time.Duration) engine.EventKind {
 			switch {
 			case !ok:
 				return 0 // the lease ended, and its end was read before
-			case ev.Kind == engine.Extended, ev.Kind == engine.ExtendFailed, ev.Kind.Terminal():
+			case ev.Kind == engine.Extended, ev.Kind.Terminal():
 				return ev.Kind
 			}
 		case <-timeout:
