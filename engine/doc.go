@@ -25,7 +25,9 @@
 // the source of truth: events can be dropped for a slow reader, the end of
 // a lease never is.
 //
-// WithAutoExtend keeps a lease alive up to a maximum hold; WithFencing
+// WithAutoExtend keeps a lease alive up to a maximum hold, and an
+// extension that a quorum confirmed sets the lease's key again on the
+// healthy nodes that had lost it (see Lease.Extend); WithFencing
 // gives it a token that strictly increases across successive holders (the
 // argument is in package lease). Nodes that restarted without their data,
 // failed over to a replica or evicted keys sit out until every lease they

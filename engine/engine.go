@@ -451,6 +451,9 @@ type NodeStats struct {
 	// then (zero or past: not quarantined).
 	QuarantinedUntil time.Time
 	Restarts         uint64 // times it was seen to have lost its data
+	// Healed counts the lock keys an extension set on it again: a lease
+	// that had lost its key there regained the node (see Lease.Extend).
+	Healed uint64
 }
 
 // Stats returns the engine's counters. Safe for concurrent use.
@@ -462,7 +465,7 @@ func (e *Engine) Stats() Stats {
 	for i, n := range e.nodes {
 		ns := n.Stats()
 		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands, RoundTrips: ns.Batches,
-			Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil})
+			Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil, Healed: ns.Healed})
 	}
 	return s
 }

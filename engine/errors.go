@@ -65,6 +65,7 @@ const (
 	Taken   = node.Taken   // another owner holds the key (release: not ours)
 	Timeout = node.Timeout // no answer within Config.NodeTimeout
 	Failed  = node.Failed  // an error or no connection
+	Absent  = node.Absent  // extension: no owner holds the key (lost, or expired)
 )
 
 // NodeOutcome is what one node answered in a round: its Addr, Outcome,

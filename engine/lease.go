@@ -160,6 +160,15 @@ func ask[T any](ctx context.Context, l *Lease, msg any, reply chan T) (T, error)
 // Until), and the lease's Err when it has ended, including when this round
 // found it lost. It waits at most Config.NodeTimeout, or until ctx ends
 // (the round goes on). ExtendTTL changes the lease's TTL with it.
+//
+// A round that extended the lease's own key on a quorum also heals it:
+// on the nodes that answered that they hold no key (a node that lost it),
+// it sets the key only if absent, for the TTL less the time since the
+// round started, except on nodes that sit out a quarantine or may evict
+// lock keys, and only where the node's epoch marker holds, as for an
+// acquire. A lease won on a bare quorum so regains every healthy node.
+// A round that finds the key absent on a quorum sets nothing: the lease is
+// lost (package lease, Healing, says why).
 func (l *Lease) Extend(ctx context.Context, opts ...ExtendOption) error {
 	if l == nil {
 		return ErrNotAcquired

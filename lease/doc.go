@@ -75,7 +75,8 @@
 //     extended (AutoExtend), ErrExpired otherwise. With AutoExtend,
 //     extension rounds run at a third of the TTL (ExtendDivisor) and,
 //     after a failure, again about TTL/RetryDivisor later; a quorum
-//     answering "not mine" loses the lease at once. No extension round,
+//     answering "not mine" loses the lease at once; a round won heals the
+//     nodes that hold no key (see Healing). No extension round,
 //     automatic or by Extend, starts later than MaxHold after the lease
 //     was acquired (Extend then fails with ErrMaxHold); the lease expires
 //     at its deadline. An Extend with a TTL (ttl.go) makes it the lease's
@@ -168,6 +169,42 @@
 // clock difference or step back is far beyond NTP's, and a resource
 // fenced again within the hour keeps its counter.
 //
+// # Healing
+//
+// A lease won on a bare quorum (3 of 5 nodes, one having lost its key to
+// a restart, a flush or a timeout) would stay on it its whole term, and
+// one more node failure would end it. So an extension round also heals:
+// the extend script answers Absent where no key is, apart from Taken
+// (another owner's key), and once the round is won the lease sends
+// node.Heal to the nodes that answered Absent (at once, or as their votes
+// come while it is held): set the key only if absent, for the TTL less the
+// time since the round started on the lease's clock (nothing if that is
+// under a millisecond, or the lease ended). Its node actor sends a heal
+// only where it would send an acquire (not on a node that sits out a
+// quarantine or may evict lock keys), and the script sets it only where
+// the epoch marker holds. A heal counts for nothing in its round, decided
+// already; the next round extends the key like any other.
+//
+// Why it is safe: the round was won by a quorum Q of nodes that still held
+// this lease's own key and extended it. While those keys live (at least
+// the TTL from the round's start), any other owner needs a quorum, which
+// meets Q in a node that refuses it, so a key set on a node outside Q can
+// never complete another owner's quorum: it only makes the lease more
+// robust. A healed key lives the TTL less what had passed when it was
+// sent, so it expires with the keys on Q, later only by as much as its
+// own trip to its node took longer than the extensions'.
+//
+// Why only after the quorum: a script that sets an absent key as it
+// extends (go-redsync's WithSetNXOnExtend re-creates a vanished key in its
+// extend script) decides before anyone knows whether the lease still holds
+// a quorum. Had the lease's keys lapsed on every node (nodes paused past
+// the TTL, a clock step) while another owner took and released the
+// resource, such a round would make the lease again from nothing and call
+// it extended: two holders across the gap, and the holder never told.
+// Here that round finds the key Absent on a quorum, and the lease is lost
+// (ErrLeaseLost): the holder learns it. The safety checker's heal fault
+// (package safety) is that schedule.
+//
 // It is the engine's machinery: its exported names serve the other
 // packages of this module and carry no compatibility promise. Users
 // import package engine.
@@ -189,8 +226,9 @@
 //     acquire's validity rule; a lease resumed on its word
 //     (Config.Resumed) is held at once, without an acquire round.
 //   - vote: a node's answer to one command (node.Vote): Granted (the node
-//     did what was asked), Taken (another owner's key; for an extend or a
-//     release, a key that is not this owner's), Timeout or Failed. A
+//     did what was asked), Taken (another owner's key; for a release, a
+//     key that is not this owner's), Absent (for an extend: no key),
+//     Timeout or Failed. A
 //     refused acquire's vote names the holder (node.Digest) and when its
 //     key expires; a quarantined node's, when it is back.
 //   - grant: (1) a node's Granted vote on an acquire: the key is set to
@@ -250,6 +288,8 @@
 //     a backoff) or that WakeFallback started. Rounds woken by a release,
 //     an expiry, a recheck or a split are not charged; Result.Attempts
 //     counts them all.
+//   - heal: after an extension round it won, the lease sets its key, if
+//     absent, on the nodes that answered Absent (see Healing).
 //   - parked: a held lease between rounds: its actor went back to the
 //     Pool, and the lease keeps only its body (its State and its timer).
 //     Its next message (its alarm, its deadline, a call, a Wake) binds it

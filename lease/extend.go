@@ -46,11 +46,16 @@ func (a *leaseActor) holdOver() {
 }
 
 // held handles what can happen while a lease is held between rounds: the
-// alarm starts the planned extension; the holder may Extend, Release, or
-// the engine Close. (The deadline is checked before any message: see
-// onDeadline.)
+// alarm starts the planned extension; a late vote of the extension round
+// it just won may ask for a heal (extended keeps that round's votes); the
+// holder may Extend, Release, or the engine Close. (The deadline is
+// checked before any message: see onDeadline.)
 func (a *leaseActor) held(msg any) {
 	switch m := msg.(type) {
+	case *node.Vote:
+		if m.Outcome == node.Absent {
+			a.heal(m.Node)
+		}
 	case *wake:
 		a.startExtend()
 		if a.cfg.Owner != nil {
@@ -127,6 +132,10 @@ func (a *leaseActor) extendVote() {
 	}
 }
 
+// extended holds the lease on from the round's start and heals the nodes
+// that answered that they hold no key. The round's votes stay until the
+// lease parks, once all are in: a node that answers Absent later is
+// healed then (held).
 func (a *leaseActor) extended() {
 	a.clearAlarm()
 	a.to(held)
@@ -135,11 +144,30 @@ func (a *leaseActor) extended() {
 		return
 	}
 	a.armDeadline()
-	a.dropVotes()
+	for i, v := range a.votes {
+		if v.Outcome == node.Absent {
+			a.heal(i)
+		}
+	}
 	a.answerWaiters(nil)
 	a.emit(Extended, nil)
 	a.planExtend(a.start.Add(a.cfg.TTL / ExtendDivisor))
 	a.extendDeferred()
+}
+
+// heal sets the lease's key on node i, where no key is, after an
+// extension round that a quorum of nodes holding the key won (see Healing
+// in the package doc), for what is left of the TTL since the round
+// started: a healed key expires with the keys the round extended. The
+// heal counts for nothing in this round, and nobody waits for its answer:
+// the next round extends the key like any other.
+func (a *leaseActor) heal(i int) {
+	now := a.now()
+	ttl := a.cfg.TTL - now.Sub(a.start)
+	if ttl < time.Millisecond || a.state.Ended() { // the script takes whole milliseconds
+		return
+	}
+	a.pool.system.Root.Send(a.cfg.Nodes[i], &node.Heal{Request: a.request(0, now), TTL: ttl})
 }
 
 // extendFailed reports the failed round and, for an auto-extended lease,

@@ -61,19 +61,31 @@ func round[T node.Command](t *testing.T, f *fakeNodes) (uint64, *actor.PID) {
 	t.Helper()
 	var r uint64
 	var reply *actor.PID
-	for range f.pids {
-		got := f.next(t)
-		if _, ok := got.cmd.(T); !ok {
-			var want T
-			t.Fatalf("node %d got %T, want %T", got.node, got.cmd, want)
-		}
-		rq := requestOf(got.cmd)
+	_, cmds := commands[T](t, f, len(f.pids))
+	for _, c := range cmds {
+		rq := requestOf(c)
 		if r != 0 && rq.Round != r {
 			t.Fatalf("round %d and %d in one send", r, rq.Round)
 		}
 		r, reply = rq.Round, rq.ReplyTo
 	}
 	return r, reply
+}
+
+// commands collects the next n commands the nodes received, which must
+// all be Ts, and the nodes they went to, in the order they came.
+func commands[T node.Command](t *testing.T, f *fakeNodes, n int) (nodes []int, cmds []T) {
+	t.Helper()
+	for range n {
+		got := f.next(t)
+		c, ok := got.cmd.(T)
+		if !ok {
+			var want T
+			t.Fatalf("node %d got %T, want %T", got.node, got.cmd, want)
+		}
+		nodes, cmds = append(nodes, got.node), append(cmds, c)
+	}
+	return nodes, cmds
 }
 
 func requestOf(c node.Command) node.Request {
@@ -89,6 +101,8 @@ func requestOf(c node.Command) node.Request {
 	case *node.HandOff:
 		return c.Request
 	case *node.Leave:
+		return c.Request
+	case *node.Heal:
 		return c.Request
 	}
 	panic("unknown command")
@@ -126,6 +140,20 @@ func (r Ref) pid() *actor.PID {
 		return nil
 	}
 	return r.b.actor.self
+}
+
+// extendedOK waits for ext's answer, which must be that the lease was
+// extended.
+func extendedOK(t *testing.T, ext chan ExtendResult) {
+	t.Helper()
+	select {
+	case e := <-ext:
+		if e.Err != nil {
+			t.Fatalf("Extend: %v", e.Err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer to Extend")
+	}
 }
 
 func result(t *testing.T, c chan Result) Result {
@@ -198,14 +226,7 @@ func TestHeldLeaseVotesBetweenRounds(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	f.vote(to, 0, r2, node.Granted)
-	select {
-	case e := <-ext:
-		if e.Err != nil {
-			t.Fatalf("3 grants of 5: %v", e.Err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no answer to Extend")
-	}
+	extendedOK(t, ext) // 3 grants of 5
 	if err := st.Err(); err != nil {
 		t.Fatalf("lease ended: %v", err)
 	}
@@ -361,16 +382,11 @@ func TestExpiry(t *testing.T) {
 // nodes they went to, their token and round.
 func fenceRound(t *testing.T, f *fakeNodes, want int) (nodes []int, token, round uint64, to *actor.PID) {
 	t.Helper()
-	for range want {
-		got := f.next(t)
-		fc, ok := got.cmd.(*node.Fence)
-		if !ok {
-			t.Fatalf("node %d got %T, want *node.Fence", got.node, got.cmd)
-		}
+	nodes, fences := commands[*node.Fence](t, f, want)
+	for _, fc := range fences {
 		if token != 0 && fc.Token != token {
 			t.Fatalf("tokens %d and %d in one write-back", token, fc.Token)
 		}
-		nodes = append(nodes, got.node)
 		token, round, to = fc.Token, fc.Round, fc.ReplyTo
 	}
 	slices.Sort(nodes)

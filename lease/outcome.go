@@ -73,7 +73,7 @@ var ErrNotAnswered = errors.New("not answered yet when the round ended")
 // errRefused.
 type refusal struct {
 	n, taken, failed, quarantined, unanswered int
-	extend                                    bool // an extension round: Taken is "not the lease's key"
+	extend                                    bool // an extension round: taken counts "not the lease's key" (Taken, Absent)
 }
 
 // refused counts votes, a failed round's.
@@ -81,7 +81,7 @@ func refused(votes []node.Vote, extend bool) error {
 	r := refusal{n: len(votes), extend: extend}
 	for _, v := range votes {
 		switch {
-		case v.Outcome == node.Taken:
+		case v.Outcome == node.Taken, v.Outcome == node.Absent:
 			r.taken++
 		case v.Outcome == node.Failed && !v.Until.IsZero():
 			r.quarantined++

@@ -22,6 +22,7 @@ func TestRefusalTexts(t *testing.T) {
 	}{
 		{"granted", node.Vote{Outcome: node.Granted}},
 		{"taken", node.Vote{Outcome: node.Taken, Until: back, Holder: "h", Meta: "web-1"}}, // when its key expires
+		{"absent", node.Vote{Outcome: node.Absent}},                                        // an extension's: not the lease's key either
 		{"down (node down)", node.Vote{Outcome: node.Failed, Err: node.ErrNodeDown}},
 		{"quarantined until 12:00:00.000", node.Vote{Outcome: node.Failed, Err: node.ErrQuarantined, Until: back}},
 		{"timeout (node timeout)", node.Vote{Outcome: node.Timeout, Err: errors.New("redlease: node timeout")}},
@@ -36,7 +37,7 @@ func TestRefusalTexts(t *testing.T) {
 			a := answers[k%len(answers)]
 			votes[i] = a.vote
 			want = append(want, addrs[i]+": "+a.label)
-			if a.vote.Outcome == node.Taken {
+			if a.vote.Outcome == node.Taken || a.vote.Outcome == node.Absent {
 				taken++
 			}
 		}

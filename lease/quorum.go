@@ -9,8 +9,8 @@ func Quorum(n int) int { return n/2 + 1 }
 type tally struct {
 	n       int // nodes
 	granted int
-	refused int // every answer but a grant: taken, timeout, failed
-	taken   int // another owner's key
+	refused int // every answer but a grant: taken, absent, timeout, failed
+	taken   int // not the lease's key: another owner's (Taken), or none (Absent)
 }
 
 func (t *tally) add(o node.Outcome) {
@@ -19,7 +19,7 @@ func (t *tally) add(o node.Outcome) {
 		return
 	}
 	t.refused++
-	if o == node.Taken {
+	if o == node.Taken || o == node.Absent {
 		t.taken++
 	}
 }

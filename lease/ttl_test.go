@@ -30,9 +30,9 @@ func holdOn3(t *testing.T, cfg Config) (*fakeNodes, *fakeClock, Ref, *State) {
 	return f, clock, ref, st
 }
 
-// extendRound collects one extension round's commands, one per node, and
+// roundTTL collects one extension round's commands, one per node, and
 // returns its TTL, round and lease actor.
-func extendRound(t *testing.T, f *fakeNodes) (time.Duration, uint64, *actor.PID) {
+func roundTTL(t *testing.T, f *fakeNodes) (time.Duration, uint64, *actor.PID) {
 	t.Helper()
 	var ttl time.Duration
 	for i := range f.pids {
@@ -88,7 +88,7 @@ func TestExtendToANewTTL(t *testing.T) {
 	clock.Advance(time.Second)
 	ext := make(chan ExtendResult, 1)
 	ref.Post(&Extend{State: st, TTL: 2 * time.Second, Reply: ext})
-	ttl, r, to := extendRound(t, f)
+	ttl, r, to := roundTTL(t, f)
 	started := clock.Now()
 	want := started.Add(2*time.Second - drift(2*time.Second))
 	if ttl != 2*time.Second || !st.Until().Equal(want) {
@@ -102,7 +102,7 @@ func TestExtendToANewTTL(t *testing.T) {
 	// A failed round to a shorter TTL: Until comes forward all the same.
 	clock.Advance(500 * time.Millisecond)
 	ref.Post(&Extend{State: st, TTL: time.Second, Reply: ext})
-	ttl, r, to = extendRound(t, f)
+	ttl, r, to = roundTTL(t, f)
 	started = clock.Now()
 	f.voteAll(to, r, node.Failed)
 	var ee *ExtendError
@@ -115,7 +115,7 @@ func TestExtendToANewTTL(t *testing.T) {
 
 	// The TTL is the lease's now: an Extend without one carries it.
 	ref.Post(&Extend{State: st, Reply: ext})
-	if ttl, r, to = extendRound(t, f); ttl != time.Second {
+	if ttl, r, to = roundTTL(t, f); ttl != time.Second {
 		t.Fatalf("Extend without a TTL after Extend(1s): round of %v, want 1s", ttl)
 	}
 	f.voteAll(to, r, node.Granted)
@@ -130,7 +130,7 @@ func TestExtendWithAnotherTTLWaitsForTheRoundInFlight(t *testing.T) {
 	f, _, ref, st := holdOn3(t, Config{TTL: 10 * time.Second, NodeTimeout: time.Second, MaxHold: time.Minute})
 	plain, five, seven, fiveAgain := make(chan ExtendResult, 1), make(chan ExtendResult, 1), make(chan ExtendResult, 1), make(chan ExtendResult, 1)
 	ref.Post(&Extend{State: st, Reply: plain})
-	ttl1, r1, to := extendRound(t, f)
+	ttl1, r1, to := roundTTL(t, f)
 	ref.Post(&Extend{State: st, TTL: 5 * time.Second, Reply: five})
 	ref.Post(&Extend{State: st, TTL: 7 * time.Second, Reply: seven})
 	ref.Post(&Extend{State: st, TTL: 5 * time.Second, Reply: fiveAgain})
@@ -140,7 +140,7 @@ func TestExtendWithAnotherTTLWaitsForTheRoundInFlight(t *testing.T) {
 		t.Fatalf("first round of TTL %v: %v; want 10s, extended", ttl1, err)
 	}
 
-	ttl2, r2, to := extendRound(t, f)
+	ttl2, r2, to := roundTTL(t, f)
 	if ttl2 != 5*time.Second {
 		t.Fatalf("second round of TTL %v, want 5s", ttl2)
 	}
@@ -150,7 +150,7 @@ func TestExtendWithAnotherTTLWaitsForTheRoundInFlight(t *testing.T) {
 			t.Fatalf("Extend(5s): %v", err)
 		}
 	}
-	ttl3, r3, to := extendRound(t, f)
+	ttl3, r3, to := roundTTL(t, f)
 	if ttl3 != 7*time.Second {
 		t.Fatalf("third round of TTL %v, want 7s", ttl3)
 	}
@@ -174,7 +174,7 @@ func TestExtendTTLBoundedByTheHold(t *testing.T) {
 		t.Fatalf("Extend(14s) 1s after acquiring, hold ending at 15s: %v, lease Err %v; want ErrBeyondMaxHold, held", err, st.Err())
 	}
 	ref.Post(&Extend{State: st, TTL: 13 * time.Second, Reply: ext})
-	ttl, r, to := extendRound(t, f) // no round went out for 14s
+	ttl, r, to := roundTTL(t, f) // no round went out for 14s
 	if ttl != 13*time.Second {
 		t.Fatalf("Extend(13s) sent a round of %v", ttl)
 	}

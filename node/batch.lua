@@ -19,7 +19,7 @@
 --   A  fenced acquire -> {1, counter} | {0, pttl, holder, meta} | -1
 --        KEYS lock, queue, grants, fence
 --        ARGV value, ttl, since
---   e  extend -> 1 | 0
+--   e  extend -> 1 | 0 | -2
 --        KEYS lock
 --        ARGV value, ttl
 --   d  release -> 1 | 0
@@ -43,13 +43,17 @@
 --   c  check -> {1, pttl} | {0, pttl, holder, meta} | 0 | -1
 --        KEYS lock
 --        ARGV value
+--   h  heal -> 1 | 0 | -1
+--        KEYS lock
+--        ARGV value, ttl
 --
 -- Keys: lock, the lock key; queue, its queue of waiters (<lock>:queue);
 -- grants, the queue's grants (<lock>:queue:grants); fence, its fence
 -- counter. Every key a command touches is among its KEYS, so that a batch
 -- runs where Redis Cluster puts its keys. The commands that never touch
--- the queue (a, e, d, f, c) do not carry its keys, nor do the common ones (a,
--- d, r, l) an argument they do not use: each costs the node its parsing.
+-- the queue (a, e, d, f, c, h) do not carry its keys, nor do the common
+-- ones (a, d, r, l) an argument they do not use: each costs the node its
+-- parsing.
 -- TTLs are in milliseconds; since is when a caller began to wait
 -- (microseconds), or '' for a caller that does not queue; announce,
 -- leave, keep and ungranted are '1' or ''. Answers one reply per command,
@@ -73,7 +77,20 @@
 -- node's fence counter, at least its clock in microseconds, so that it
 -- does not start again at zero after the node lost its data.
 --
--- extend resets the TTL (1) only if this owner holds the key; else 0.
+-- extend resets the TTL (1) only if this owner holds the key; else 0
+-- when another owner holds it, -2 when nobody does: a key the lease may
+-- heal. extend never sets a key: were it to set an absent one, a lease
+-- whose keys had all lapsed (nodes paused past the TTL, a clock step)
+-- while another owner took and released the resource would be made
+-- again, unaware, rather than be told that it is lost.
+--
+-- heal sets the key to the owner's value with the TTL given (the time
+-- the lease's keys have left) only where no key is (1; else 0), and
+-- only where the epoch marker holds, as an acquire: else -1. A lease
+-- sends it after an extension round that a quorum of nodes holding its
+-- own key won, to the nodes that answered -2: while those keys live no
+-- other owner can win a quorum, so a key set elsewhere can only make
+-- the lease more robust (see the lease package's doc, Healing).
 --
 -- release deletes the key (1) only if this owner holds it; otherwise it
 -- leaves it (0). Announced (r, l, s with announce), a deletion is
@@ -150,8 +167,8 @@ local epochOK = nil -- whether the marker is the one required, read once
 -- included (nargs), a command takes; the header's lines say which (Go:
 -- scriptCmds). Two flat tables: the body, these included, runs again at
 -- every call.
-local nkeys = {a = 1, w = 3, A = 4, e = 1, d = 1, r = 3, l = 3, s = 3, q = 3, f = 2, c = 1}
-local nargs = {a = 3, w = 4, A = 4, e = 3, d = 2, r = 2, l = 2, s = 9, q = 4, f = 3, c = 2}
+local nkeys = {a = 1, w = 3, A = 4, e = 1, d = 1, r = 3, l = 3, s = 3, q = 3, f = 2, c = 1, h = 1}
+local nargs = {a = 3, w = 4, A = 4, e = 3, d = 2, r = 2, l = 2, s = 9, q = 4, f = 3, c = 2, h = 3}
 
 -- The release channel's suffix and the end of an announcement that
 -- granted (Go: ReleasedSuffix, GrantedSuffix).
@@ -267,8 +284,19 @@ local function run(c, k, a)
     redis.call('PEXPIRE', fence, fenceIdle)
     return {1, counter}
   elseif c == 'e' then
-    if redis.call('GET', lock) == value then
+    local holder = redis.call('GET', lock)
+    if holder == value then
       return redis.call('PEXPIRE', lock, ARGV[a + 1])
+    elseif holder then
+      return 0
+    end
+    return -2
+  elseif c == 'h' then
+    if not epochHolds() then
+      return -1
+    end
+    if redis.call('SET', lock, value, 'NX', 'PX', ARGV[a + 1]) then
+      return 1
     end
     return 0
   elseif c == 'd' or c == 'r' or c == 'l' or c == 's' then

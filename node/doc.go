@@ -30,9 +30,11 @@
 // of waiters (<lock key>:queue) and the queue's grants
 // (<lock key>:queue:grants); the batch's first key is the epoch marker
 // (EpochKey). The Go commands are named for what a lease does: Acquire,
-// Extend, Fence, Queue, the releases Release, HandOff, Cleanup and
-// Leave, and Check, which only reads. An owner value may carry a meta
-// (MetaSep, MetaOf), which refusals and checks answer: never the value.
+// Extend, Heal, Fence, Queue, the releases Release, HandOff, Cleanup and
+// Leave, and Check, which only reads. A Heal sets a key as an Acquire
+// does, and is refused where an Acquire is. An owner value may carry a
+// meta (MetaSep, MetaOf), which refusals and checks answer: never the
+// value.
 //
 // A Watcher, beside the actor and on a connection of its own, hears the
 // releases the release script announces (Announcement; waiting callers

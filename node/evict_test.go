@@ -23,9 +23,9 @@ func TestEvicts(t *testing.T) {
 }
 
 // A node set to evict keys when its memory fills (CONFIG SET at run time)
-// refuses acquires from its next probe on, with ErrEvicting; extensions and
-// releases still go. Set back to noeviction, it grants again. With
-// UnsafeEviction it grants all along.
+// refuses acquires (and heals) from its next probe on, with ErrEvicting;
+// extensions and releases still go. Set back to noeviction, it grants
+// again. With UnsafeEviction it grants all along.
 func TestEvictingNodeRefusesAcquires(t *testing.T) {
 	for _, unsafe := range []bool{false, true} {
 		h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: -1, HealthInterval: 50 * time.Millisecond, UnsafeEviction: unsafe})
@@ -63,6 +63,9 @@ func TestEvictingNodeRefusesAcquires(t *testing.T) {
 		})
 		if v.Outcome != Failed || !errors.Is(v.Err, ErrEvicting) || !h.node.Stats().Evicting {
 			t.Fatalf("acquire on an evicting node: %+v (stats %+v), want Failed with ErrEvicting", v, h.node.Stats())
+		}
+		if v := h.ask(&Heal{Request: h.req("healed", "me", 99), TTL: ttl}); v.Outcome != Failed || !errors.Is(v.Err, ErrEvicting) {
+			t.Fatalf("heal on an evicting node: %+v, want Failed with ErrEvicting", v)
 		}
 		if v := h.ask(&Extend{Request: h.req("held", "me", 100), TTL: ttl}); v.Outcome != Granted {
 			t.Fatalf("extend on an evicting node: %+v", v)

@@ -35,9 +35,10 @@ type Request struct {
 
 func (r *Request) request() *Request { return r }
 
-// Command is sealed: *Acquire, *Fence, *Queue, *Extend, the releases
-// *Release, *HandOff, *Cleanup and *Leave, and *Check. A node actor only reads a
-// command, so one message may go to every node of a round.
+// Command is sealed: *Acquire, *Fence, *Queue, *Extend, *Heal, the
+// releases *Release, *HandOff, *Cleanup and *Leave, and *Check. A node
+// actor only reads a command, so one message may go to every node of a
+// round.
 type Command interface{ request() *Request }
 
 // Acquire asks the node to set Key to Value with TTL unless another owner
@@ -78,8 +79,20 @@ type Queue struct {
 	TTL   time.Duration
 }
 
-// Extend asks the node to reset Key's TTL if Value still holds it.
+// Extend asks the node to reset Key's TTL if Value still holds it:
+// Granted; Taken when another owner holds it, Absent when nobody does.
 type Extend struct {
+	Request
+	TTL time.Duration
+}
+
+// Heal sets Key to Value with TTL where no key is, as an Acquire would
+// (Granted; Taken where a key is), and like an Acquire it is refused
+// where the node sits out a quarantine, may evict lock keys, or lost the
+// epoch marker. A lease sends it, with the time its keys have left, to
+// the nodes that answered Absent to an extension round it won (see the
+// lease package's doc, Healing).
+type Heal struct {
 	Request
 	TTL time.Duration
 }
@@ -182,13 +195,16 @@ type Outcome uint8
 const (
 	// Granted: the node did what was asked (set, extended or deleted).
 	Granted Outcome = iota + 1
-	// Taken: another owner holds the key (for release and extend: the key
-	// is not this owner's, whether absent or someone else's).
+	// Taken: another owner holds the key (for a release: the key is not
+	// this owner's, whether absent or someone else's).
 	Taken
 	// Timeout: no answer within the node timeout.
 	Timeout
 	// Failed: the node answered with an error or could not be reached.
 	Failed
+	// Absent: for an extend, no owner holds the key (it was lost, or
+	// expired): not this owner's, as Taken, but free to heal.
+	Absent
 )
 
 func (o Outcome) String() string {
@@ -201,6 +217,8 @@ func (o Outcome) String() string {
 		return "timeout"
 	case Failed:
 		return "failed"
+	case Absent:
+		return "absent"
 	}
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }

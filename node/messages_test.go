@@ -18,8 +18,9 @@ func TestOutcomeString(t *testing.T) {
 		{Taken, "taken"},
 		{Timeout, "timeout"},
 		{Failed, "failed"},
+		{Absent, "absent"},
 		{0, "Outcome(0)"},
-		{Failed + 1, "Outcome(5)"},
+		{Absent + 1, "Outcome(6)"},
 	} {
 		if got := tt.o.String(); got != tt.want {
 			t.Errorf("Outcome(%d).String() = %q, want %q", uint8(tt.o), got, tt.want)

@@ -73,6 +73,7 @@ type Stats struct {
 	Commands        uint64    // commands answered by a batch on the wire
 	Batches         uint64    // DoMulti calls: round trips
 	Restarts        uint64    // times the node was seen to have lost its data
+	Healed          uint64    // keys a Heal set: leases that regained the node
 	OnWire          int64     // commands in the batches on the wire now
 	Queued          int64     // commands waiting for a batch (in the mailbox too, while batches are on the wire)
 	Down            bool      // failing fast: the last batches and probes failed
@@ -84,6 +85,7 @@ type Stats struct {
 // read.
 type counters struct {
 	commands, batches, restarts atomic.Uint64
+	healed                      atomic.Uint64
 	onWire, queued              atomic.Int64
 	down, evicting              atomic.Bool
 	quarantineUntil             atomic.Int64 // Unix nanoseconds; 0: never
@@ -93,7 +95,7 @@ type counters struct {
 func (n *Node) Stats() Stats {
 	c := &n.actor.stats
 	s := Stats{
-		Commands: c.commands.Load(), Batches: c.batches.Load(), Restarts: c.restarts.Load(),
+		Commands: c.commands.Load(), Batches: c.batches.Load(), Restarts: c.restarts.Load(), Healed: c.healed.Load(),
 		OnWire: c.onWire.Load(), Queued: c.queued.Load() + int64(n.actor.mailbox.UserMessageCount()),
 		Down: c.down.Load(), Evicting: c.evicting.Load(),
 	}
@@ -151,11 +153,15 @@ const (
 	opFence
 	opQueue
 	opCheck
+	opHeal
 )
 
 // acquires: refused while the node is quarantined or may evict lock keys:
-// acquires, and checks, whose answers decide whether a lease is held.
-func (o op) acquires() bool { return o == opAcquire || o == opAcquireFenced || o == opCheck }
+// acquires; heals, which set a key as an acquire does; and checks, whose
+// answers decide whether a lease is held.
+func (o op) acquires() bool {
+	return o == opAcquire || o == opAcquireFenced || o == opHeal || o == opCheck
+}
 
 // entry is one queued command.
 type entry struct {
@@ -326,6 +332,8 @@ func (a *nodeActor) command(msg any) {
 		a.enqueue(entry{op: opExtend, req: &m.Request, ttl: m.TTL})
 	case *Check:
 		a.enqueue(entry{op: opCheck, req: &m.Request})
+	case *Heal:
+		a.enqueue(entry{op: opHeal, req: &m.Request, ttl: m.TTL})
 	case *Release:
 		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: true, leave: m.Queued})
 	case *HandOff:
@@ -664,7 +672,12 @@ func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.
 	case n == 1 && e.op == opCheck: // counter: the key's PTTL
 		a.answer(e, Vote{Outcome: Granted, RTT: now.Sub(e.queued), TTL: pttl(counter)}, out)
 	case n == 1:
+		if e.op == opHeal {
+			a.stats.healed.Add(1)
+		}
 		a.replyCounter(e, now, counter, out)
+	case n == keyAbsent:
+		a.reply(e, Absent, now, nil, out)
 	case n == epochMissing:
 		done.lostData = true
 		a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine), out)

@@ -29,6 +29,7 @@ const (
 	codeQueue                        // q
 	codeFence                        // f
 	codeCheck                        // c
+	codeHeal                         // h
 )
 
 // key names a key a command takes in KEYS.
@@ -79,6 +80,10 @@ type scriptCmd struct {
 // Digest and MetaOf), or the epoch marker is not the one required.
 const acquireReply = "1 | {0, pttl, holder, meta} | -1"
 
+// keyAbsent is extend's reply when no owner holds the key (Absent): it
+// tells a key the lease may heal from another owner's (0).
+const keyAbsent = -2
+
 // scriptCmds is the protocol, by code. Only the commands that may touch
 // the queue of waiters carry its keys: the others are the commonest.
 var scriptCmds = [...]scriptCmd{
@@ -87,7 +92,7 @@ var scriptCmds = [...]scriptCmd{
 		[]arg{argValue, argTTL, argSince}, acquireReply},
 	codeAcquireFenced: {"A", "fenced acquire", []key{keyLock, keyQueue, keyGrants, keyFence},
 		[]arg{argValue, argTTL, argSince}, "{1, counter} | {0, pttl, holder, meta} | -1"},
-	codeExtend:           {"e", "extend", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0"},
+	codeExtend:           {"e", "extend", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -2"},
 	codeRelease:          {"d", "release", []key{keyLock}, []arg{argValue}, "1 | 0"},
 	codeReleaseAnnounced: {"r", "release, announced", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "1 | 0"},
 	codeReleaseLeaving: {"l", "release, announced, leaving the queue", []key{keyLock, keyQueue, keyGrants},
@@ -98,6 +103,7 @@ var scriptCmds = [...]scriptCmd{
 	codeQueue: {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argSince, argTTL}, "1"},
 	codeFence: {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
 	codeCheck: {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | 0 | -1"},
+	codeHeal:  {"h", "heal", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -1"},
 }
 
 // header is c's lines in batch.lua's header.
@@ -191,6 +197,8 @@ func (e *entry) code() code {
 		return codeFence
 	case opCheck:
 		return codeCheck
+	case opHeal:
+		return codeHeal
 	}
 	switch {
 	case e.successor != "" || e.keep:

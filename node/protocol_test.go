@@ -126,6 +126,7 @@ func TestCommandsEncode(t *testing.T) {
 		{&Fence{Request: r, FenceKey: "{r}:fence", Token: 9}, []string{"{r}", "{r}:fence"}, []string{"f", "v", "9"}},
 		{&Extend{Request: r, TTL: ttl}, []string{"{r}"}, []string{"e", "v", "3000"}},
 		{&Check{Request: r}, []string{"{r}"}, []string{"c", "v"}},
+		{&Heal{Request: r, TTL: 1234 * time.Millisecond}, []string{"{r}"}, []string{"h", "v", "1234"}},
 	} {
 		a := &nodeActor{cfg: Config{Index: 0}, stopping: true} // stopping: enqueue only queues
 		a.command(tt.cmd)

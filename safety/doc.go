@@ -53,6 +53,11 @@
 //     snapshot, or replaced by a lagging replica);
 //   - clock step: a node restarted empty whose wall clock then steps
 //     ahead by more than the quarantine, so its uptime looks long;
+//   - heal: a held lease loses its key on one node (its next extension
+//     heals it there), then on every node at once, as a clock step on
+//     every node would expire it, and another owner takes and releases
+//     the resource in the gap: the lease's next extension must lose it,
+//     not make it again;
 //
 // and some holders pause past their validity before writing.
 //
@@ -64,9 +69,12 @@
 // holder's key sat on the node when its clock stepped) are kept apart in
 // Report.ClockOverlaps, with what fencing made of the stale holders'
 // writes in them, and so are the token regressions after a token that
-// only a clock ahead of the host's could issue (Report.ClockReport). OK
-// ignores them, but not a write that fencing let through after a newer
-// holder's. Each overlap is shown with the faults around it.
+// only a clock ahead of the host's could issue (Report.ClockReport). So
+// are the overlaps with an owner in the gap of a heal fault, as long as
+// the lease whose keys lapsed ended by the validity it had then
+// (Report.LapseOverlaps). OK ignores them, but not a write that fencing
+// let through after a newer holder's. Each overlap is shown with the
+// faults around it.
 //
 // Run drives all of it; Recorder and Store are the pieces, for tests that
 // force a scenario of their own. The tests also replay, deterministically,

@@ -94,12 +94,8 @@ func (r *run) quarantinedLeave(ctx context.Context, rng *rand.Rand, k int) error
 	es := r.leavers
 	// Not while they sit a node out since the last time: W would wait
 	// for the node, not for L.
-	for _, e := range es {
-		for _, n := range e.Stats().Nodes {
-			if d := time.Until(n.QuarantinedUntil); d > 0 && !sleep(ctx, min(d, 5*r.cfg.TTL)) {
-				return ctx.Err()
-			}
-		}
+	if err := r.sitOut(ctx, es...); err != nil {
+		return err
 	}
 	resource := fmt.Sprintf("leave-%d", rng.Uint64())
 	key := lockKey(resource)
@@ -185,6 +181,19 @@ func (r *run) quarantinedLeave(ctx context.Context, rng *rand.Rand, k int) error
 	select { // W, named, goes: it must not win while L holds
 	case <-wDone:
 	case <-time.After(500 * time.Millisecond):
+	}
+	return nil
+}
+
+// sitOut waits until none of es sits a node out (a quarantine since a
+// fault, or since it first met the nodes), at most five TTLs a node.
+func (r *run) sitOut(ctx context.Context, es ...*engine.Engine) error {
+	for _, e := range es {
+		for _, n := range e.Stats().Nodes {
+			if d := time.Until(n.QuarantinedUntil); d > 0 && !sleep(ctx, min(d, 5*r.cfg.TTL)) {
+				return ctx.Err()
+			}
+		}
 	}
 	return nil
 }

@@ -114,32 +114,47 @@ func TestStale(t *testing.T) {
 	}
 }
 
-func TestClockJumpExplains(t *testing.T) {
+// A clock jump explains an overlap whose first holding's key sat on the
+// node when its clock stepped, the second acquired after the step. A
+// lapse explains one whose first holding is the lease whose keys lapsed,
+// the second acquired after the lapse, as long as the lease ended by the
+// validity it had then.
+func TestExplains(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	held := func(resource, value string, end int) Holding {
+		return Holding{Resource: resource, Value: value, Acquired: at(50), End: at(end)}
+	}
 	j := ClockJump{Node: 2, From: at(100), To: at(102), Ahead: time.Second,
 		Keys: map[string]string{lockKey("r"): "va", lockKey("s"): "vx"}}
-	first := Holding{Resource: "r", Value: "va", Acquired: at(50), End: at(300)}
-	second := Holding{Resource: "r", Value: "vb", Acquired: at(150), End: at(400)}
+	l := Lapse{Resource: "r", Value: "va", At: at(100), Until: at(500)}
+	first, second := held("r", "va", 300), Holding{Resource: "r", Value: "vb", Acquired: at(150), End: at(400)}
 	for _, tc := range []struct {
 		name          string
+		why           explainer
 		first, second Holding
 		want          bool
 	}{
-		{"its key was on the node", first, second, true},
-		{"another owner's key was there", Holding{Resource: "r", Value: "vother", Acquired: at(50), End: at(300)}, second, false},
-		{"no key of that resource", Holding{Resource: "t", Value: "va", Acquired: at(50), End: at(300)}, Holding{Resource: "t", Acquired: at(150)}, false},
-		{"second acquired before the step", first, Holding{Resource: "r", Acquired: at(90)}, false},
-		{"first ended before the step", Holding{Resource: "r", Value: "va", Acquired: at(50), End: at(99)}, second, false},
+		{"jump: its key was on the node", j, first, second, true},
+		{"jump: another owner's key was there", j, held("r", "vother", 300), second, false},
+		{"jump: no key of that resource", j, held("t", "va", 300), Holding{Resource: "t", Acquired: at(150)}, false},
+		{"jump: second acquired before the step", j, first, Holding{Resource: "r", Acquired: at(90)}, false},
+		{"jump: first ended before the step", j, held("r", "va", 99), second, false},
+		{"lapse: lost at its next extension", l, first, second, true},
+		{"lapse: ended at its validity then", l, held("r", "va", 500), second, true},
+		{"lapse: held on past it", l, held("r", "va", 501), second, false},
+		{"lapse: another lease", l, held("r", "vx", 300), second, false},
+		{"lapse: another resource", l, held("s", "va", 300), Holding{Resource: "s", Acquired: at(150)}, false},
+		{"lapse: second acquired before it", l, first, Holding{Resource: "r", Acquired: at(90)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := Overlap{tc.first, tc.second}
-			if got := j.explains(o); got != tc.want {
+			if got := tc.why.explains(o); got != tc.want {
 				t.Fatalf("explains = %v, want %v", got, tc.want)
 			}
-			ours, clock := splitClock([]Overlap{o}, []ClockJump{j})
-			if got := len(clock) == 1; got != tc.want || len(ours)+len(clock) != 1 {
-				t.Fatalf("splitClock = %d ours, %d clock", len(ours), len(clock))
+			ours, explained := split([]Overlap{o}, []explainer{tc.why})
+			if got := len(explained) == 1; got != tc.want || len(ours)+len(explained) != 1 {
+				t.Fatalf("split = %d ours, %d explained", len(ours), len(explained))
 			}
 		})
 	}
@@ -153,6 +168,7 @@ func TestReportOK(t *testing.T) {
 	}{
 		{Report{}, true},
 		{Report{ClockOverlaps: []Overlap{o}, ClockStale: StaleWrites{Rejected: 3, Early: 1}}, true},
+		{Report{LapseOverlaps: []Overlap{o}}, true},
 		{Report{Overlaps: []Overlap{o}}, false},
 		{Report{TokenRegressions: 1}, false},
 		{Report{EndedWithoutDone: 1}, false},

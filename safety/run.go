@@ -102,7 +102,7 @@ func Kinds() []string {
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
 		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover,
 		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep,
-		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease}
+		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal}
 }
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
@@ -170,6 +170,14 @@ type Report struct {
 	// restart quarantine (see package lease). TokenRegressions excludes
 	// them.
 	ClockRegressions int
+
+	// Lapses are the lapses of every key of a held lease that FaultHeal
+	// injected: Redlock's timing broken for that lease, as a clock step
+	// on every node would break it. LapseOverlaps are the overlapping
+	// holdings they explain (see Lapse), which OK ignores: another owner
+	// in the gap, until the lease's next extension finds it lost.
+	Lapses        []Lapse
+	LapseOverlaps []Overlap
 
 	// Timeline lists the faults injected, in order, to read overlaps by.
 	Timeline []Injected
@@ -279,6 +287,8 @@ func (r Report) ClockReport() string {
 	fmt.Fprintf(&b, "clock jumps (outside Redlock's assumptions, not violations): %d steps of a node's clock by more than a TTL; %d overlaps they explain; stale holders' writes in them: %v; %d token regressions after a token from a clock ahead",
 		len(r.ClockJumps), len(r.ClockOverlaps), r.ClockStale, r.ClockRegressions)
 	r.writeOverlaps(&b, r.ClockOverlaps, false)
+	fmt.Fprintf(&b, "\nlapses of every key of a lease (outside them too): %d; %d overlaps they explain (another owner in the gap, before the lease learned it was lost)",
+		len(r.Lapses), len(r.LapseOverlaps))
 	return b.String()
 }
 
@@ -380,10 +390,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{Duration: time.Since(start), Seed: cfg.Seed, Faults: r.faults, Lost: int(r.lost.Load()),
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
 		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), Blocked: int(r.blocked.Load()),
-		ClockJumps: r.jumps,
-		Timeline:   r.timeline, log: r.log}
+		ClockJumps: r.jumps, Lapses: r.lapses,
+		Timeline: r.timeline, log: r.log}
 	overlaps, regressions := r.rec.Check()
-	rep.Overlaps, rep.ClockOverlaps = splitClock(overlaps, r.jumps)
+	rep.Overlaps, rep.ClockOverlaps = split(overlaps, r.jumps)
+	rep.Overlaps, rep.LapseOverlaps = split(rep.Overlaps, r.lapses)
 	for _, g := range regressions {
 		if g.aheadOfHost() {
 			rep.ClockRegressions++
@@ -397,16 +408,20 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-// splitClock sets apart the overlaps that a clock jump explains.
-func splitClock(overlaps []Overlap, jumps []ClockJump) (ours, clock []Overlap) {
+// explainer is a broken timing assumption that explains some overlaps:
+// a ClockJump, a Lapse.
+type explainer interface{ explains(o Overlap) bool }
+
+// split sets apart the overlaps that one of why explains.
+func split[E explainer](overlaps []Overlap, why []E) (ours, explained []Overlap) {
 	for _, o := range overlaps {
-		if slices.ContainsFunc(jumps, func(j ClockJump) bool { return j.explains(o) }) {
-			clock = append(clock, o)
+		if slices.ContainsFunc(why, func(e E) bool { return e.explains(o) }) {
+			explained = append(explained, o)
 		} else {
 			ours = append(ours, o)
 		}
 	}
-	return ours, clock
+	return ours, explained
 }
 
 func withDefaults(c Config) Config {
@@ -497,7 +512,9 @@ type run struct {
 	joined    []*joinedEngine
 	joins     int
 	jumps     []ClockJump
+	lapses    []Lapse
 	leavers   []*engine.Engine // FaultQuarantinedLeave's (grant_faults.go)
+	healers   []*engine.Engine // FaultHeal's (heal_faults.go)
 	timeline  []Injected
 
 	mu      sync.Mutex
@@ -866,6 +883,8 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.clockStep(ctx, k)
 	case FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease:
 		return r.grantFault(ctx, rng, kind, k) // grant_faults.go
+	case FaultHeal:
+		return r.heal(ctx, rng, k) // heal_faults.go
 	}
 	return nil
 }

@@ -17,7 +17,7 @@ import (
 //
 //	go test -run BoundedRun -v ./safety/
 func TestBoundedRunWithFaults(t *testing.T) {
-	// 90s: 24 kinds, a round of them about 15-20s, and each kind must
+	// 90s: 25 kinds, a round of them about 15-20s, and each kind must
 	// come three times.
 	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 90 * time.Second, Faults: true, Logf: t.Logf})
 	if err != nil {

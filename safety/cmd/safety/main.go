@@ -4,9 +4,10 @@
 // pauses, stalls, slow links, script cache flushes, killed connections,
 // idle and new engines, clock jumps; datasets lost in place or behind a
 // live connection: flushes, re-promotions, failbacks, reloads, proxy
-// switches, clock steps after a restart; holders pausing past their
-// validity). It prints the guarantees' report, then the clock jumps'
-// report apart, and exits 1 if any safety property was violated.
+// switches, clock steps after a restart; a lease's keys lapsing on every
+// node after a heal; holders pausing past their validity). It prints the
+// guarantees' report, then the clock jumps' and lapses' report apart, and
+// exits 1 if any safety property was violated.
 //
 //	go run ./safety/cmd/safety -duration 10m
 //	go run ./safety/cmd/safety -kinds 'snapshot restart,idle engine'
@@ -70,6 +71,6 @@ func run(cfg safety.Config, nodes int) int {
 		fmt.Println("SAFETY VIOLATED")
 		return 1
 	}
-	fmt.Println("ok: every safety property held (overlaps a clock jump explains are reported above, apart)")
+	fmt.Println("ok: every safety property held (overlaps a clock jump or a lapse explains are reported above, apart)")
 	return 0
 }
