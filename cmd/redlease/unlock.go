@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -42,6 +43,7 @@ type unlockJSON struct {
 type unlockNodeJSON struct {
 	Node      string `json:"node"`
 	Digest    string `json:"value_sha1,omitempty"` // of the value found (node.Digest), "" for none
+	Meta      string `json:"meta,omitempty"`       // who holds it, as its lease says (engine.WithMeta)
 	TTLMillis int64  `json:"ttl_ms,omitempty"`     // of the key found
 	Result    string `json:"result,omitempty"`
 	Error     string `json:"error,omitempty"`
@@ -51,7 +53,7 @@ type unlockNodeJSON struct {
 }
 
 // runUnlock forces RESOURCE's lock free: it shows which nodes hold its
-// lock key (the value's digest, the TTL left), asks, and deletes the key
+// lock key (the value's digest, its meta: who holds it, the TTL left), asks, and deletes the key
 // on each node where it still holds the value seen there. Another owner's
 // key, set since, is kept, and so are the queue of waiters (they find the
 // resource free when they next look: at the latest when the key would
@@ -139,7 +141,7 @@ func (n *unlockNodeJSON) read(ctx context.Context, o *options, cfg engine.Config
 		n.fail(err)
 		return
 	}
-	n.value, n.Digest = value, node.Digest(value)
+	n.value, n.Digest, n.Meta = value, node.Digest(value), engine.MetaOf(value)
 }
 
 // delete deletes key on the node if it still holds the value read.
@@ -184,11 +186,14 @@ func holders(nodes []unlockNodeJSON) (held int, quorum string) {
 // column says (STATE before the delete, RESULT after).
 func printUnlock(w io.Writer, nodes []unlockNodeJSON, column string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tVALUE SHA1\tTTL\t"+column)
+	fmt.Fprintln(tw, "NODE\tVALUE SHA1\tMETA\tTTL\t"+column)
 	for _, n := range nodes {
-		digest, ttl, what := "-", "-", n.Result
+		digest, meta, ttl, what := "-", "-", "-", n.Result
 		if n.value != "" {
 			digest, ttl = n.Digest, ttlText(n.TTLMillis)
+		}
+		if n.Meta != "" {
+			meta = strconv.Quote(n.Meta)
 		}
 		if what == "" {
 			what = "holds it"
@@ -196,7 +201,7 @@ func printUnlock(w io.Writer, nodes []unlockNodeJSON, column string) {
 		if n.Error != "" {
 			what += ": " + n.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n.Node, digest, ttl, what)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, digest, meta, ttl, what)
 	}
 	tw.Flush()
 }

@@ -26,7 +26,7 @@ func TestUnlock(t *testing.T) {
 	a := c.Addrs()
 	nodes := join(a...)
 	ctx := context.Background()
-	e, l := holdInvoice(t, a)
+	e, l := holdInvoice(t, a, engine.WithMeta("worker-3 pid 41"))
 	key := engine.DefaultKeyPrefix + "{invoice:42}"
 	keysLeft := func(what string) {
 		t.Helper()
@@ -86,11 +86,11 @@ func TestUnlock(t *testing.T) {
 	}
 	keysLeft("stdin a pipe, without -yes")
 
-	// Confirmed: shows who holds it, deletes every key, logs the reason.
+	// Confirmed: shows who holds it (its digest and meta), deletes every key, logs the reason.
 	code, stdout, stderr2 := cli(t, "yes\n", nil, "unlock", "-nodes", nodes, "-reason", "job 7 stuck, OPS-12", "invoice:42")
 	wantCode(t, "unlock answered yes", code, exitOK)
 	digest := node.Digest(l.Value())
-	for _, want := range []string{"lock key on 3 of 3 nodes", "a held lease", digest, `reason: "job 7 stuck, OPS-12"`, "Type yes"} {
+	for _, want := range []string{"lock key on 3 of 3 nodes", "a held lease", digest, `"worker-3 pid 41"`, `reason: "job 7 stuck, OPS-12"`, "Type yes"} {
 		if !strings.Contains(stderr2, want) {
 			t.Errorf("unlock's stderr lacks %q", want)
 		}
