@@ -823,8 +823,12 @@ func TestTryAcquireHeldHereAnsweredLocally(t *testing.T) {
 // held, so that a deferred Release after a failed Acquire does not panic.
 func TestNilLease(t *testing.T) {
 	var l *Lease
+	_, checkErr := l.Check(t.Context())
+	withCtx, cancel := l.WithContext(t.Context())
+	defer cancel()
 	for name, err := range map[string]error{"Err": l.Err(), "Release": l.Release(t.Context()), "Extend": l.Extend(t.Context()),
-		"Context's cause": context.Cause(l.Context())} {
+		"Extend with a TTL": l.Extend(t.Context(), ExtendTTL(time.Second)), "Check": checkErr,
+		"Context's cause": context.Cause(l.Context()), "WithContext's cause": context.Cause(withCtx)} {
 		if !errors.Is(err, ErrNotAcquired) {
 			t.Errorf("%s of a nil lease = %v, want ErrNotAcquired", name, err)
 		}
