@@ -229,6 +229,9 @@ func (l *Lease) Context() context.Context {
 func (l *Lease) WithContext(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	leaseCtx := l.Context()
+	if leaseCtx.Err() != nil { // ended: at once, not on AfterFunc's goroutine
+		cancel(context.Cause(leaseCtx))
+	}
 	stop := context.AfterFunc(leaseCtx, func() { cancel(context.Cause(leaseCtx)) })
 	return ctx, func() {
 		stop()
