@@ -40,12 +40,14 @@ func TestPoolReusesActorsAndKeepsLeasesApart(t *testing.T) {
 	<-released
 	waitClosed(t, stA.Stopped(), "A's actor done")
 
-	// Lease B gets A's actor.
+	// Lease B gets an actor of A's: the one that released it, or the one
+	// that acquired it, should that have parked only after the release
+	// bound another (a loaded machine).
 	replyB := make(chan Result, 1)
 	_, stB := start(pool, cfg(replyB))
 	rB, pidB := round[*node.Acquire](t, f)
-	if pidB != pidA {
-		t.Fatalf("B runs on %v, not on A's idle actor %v", pidB, pidA)
+	if pidB != pidA && pidB != to {
+		t.Fatalf("B runs on %v, not on A's idle actor %v (or %v)", pidB, pidA, to)
 	}
 	if rB <= rAr {
 		t.Fatalf("B's round %d does not follow A's last %d", rB, rAr)
