@@ -799,6 +799,11 @@ func TestTryAcquireHeldHereAnsweredLocally(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The acquire answered at a quorum: its command to node 1 may
+		// still be on its way, and would count below.
+		testwait.Eventually(t, 2*time.Second, "every node holds the key", func() bool {
+			return slices.Equal(values(t, c, "here"), []string{l.Value(), l.Value(), l.Value()})
+		})
 		before := e.Stats().Nodes[0].Commands
 		_, err = e.TryAcquire(t.Context(), "here")
 		var ae *AcquireError
