@@ -226,6 +226,10 @@ func (l *Lease) Context() context.Context {
 // cause. Call cancel when the work is done: it releases what the link
 // to the lease holds (not the lease), and leaves nothing running. On a
 // nil *Lease the context is cancelled at once, with ErrNotAcquired.
+//
+//	ctx, cancel := lease.WithContext(r.Context()) // r: an *http.Request
+//	defer cancel()
+//	err := work(ctx) // context.Cause(ctx): ErrLeaseLost, or the request's end
 func (l *Lease) WithContext(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	leaseCtx := l.Context()

@@ -33,6 +33,10 @@ const MaxMetaLen = 256
 // reads it (the random part stays secret: refusals and announcements
 // name values by their SHA1). For Acquire and TryAcquire; Resume takes
 // the meta that its value carries.
+//
+//	lease, err := e.Acquire(ctx, "leader", engine.WithMeta("10.0.0.7:8080"))
+//	var ae *engine.AcquireError
+//	if errors.As(err, &ae) { follow(ae.HeldBy) } // the leader's "10.0.0.7:8080"
 func WithMeta(meta string) Option {
 	return Option{set: setMeta, meta: meta}
 }

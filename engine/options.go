@@ -168,6 +168,8 @@ func (e *Engine) checkLeaseTTL(d time.Duration) error {
 // wins. Config.RetryAttempts (or WithRetryAttempts) and the context still
 // bound the attempts. Made once and reused, the option costs no
 // allocation per call.
+//
+//	lease, err := e.Acquire(ctx, "invoice:42", engine.WithRetryDelay(20*time.Millisecond, time.Second))
 func WithRetryDelay(min, max time.Duration) Option {
 	newBackOff := func() backoff.BackOff { return boundedBackOff{exponentialBackOff(min, max), min, max} }
 	return Option{set: setRetryDelay, d: min, max: max, newBackOff: newBackOff}
@@ -178,6 +180,8 @@ func WithRetryDelay(min, max time.Duration) Option {
 // or expiry do not count, and the context bounds the wait for a holder.
 // It needs n >= 1. It leaves the schedule between rounds (WithRetry,
 // WithRetryDelay) as it is. TryAcquire makes one round whatever n is.
+//
+//	lease, err := e.Acquire(ctx, "invoice:42", engine.WithRetryAttempts(3))
 func WithRetryAttempts(n int) Option {
 	return Option{set: setRetryAttempts, n: n}
 }
@@ -223,6 +227,8 @@ type ExtendOption struct {
 // is in flight (an automatic extension, or an Extend without it) waits
 // for that round to be decided, then runs its own; with the round's TTL,
 // it joins the round, as an Extend without options does.
+//
+//	err := lease.Extend(ctx, engine.ExtendTTL(time.Minute))
 func ExtendTTL(d time.Duration) ExtendOption {
 	return ExtendOption{ttl: d, set: true}
 }

@@ -48,6 +48,9 @@ type Check struct {
 // without a quorum is still held until its next extension finds it lost,
 // or its deadline. A lease that ended answers with its Err, a nil *Lease
 // with ErrNotAcquired, and a closed engine with ErrClosed.
+//
+//	c, err := lease.Check(ctx)
+//	if err == nil && !c.Quorum { log.Printf("held on %d nodes; %q holds it", c.Holding, c.Meta) }
 func (l *Lease) Check(ctx context.Context) (Check, error) {
 	if l == nil {
 		return Check{}, ErrNotAcquired
@@ -117,6 +120,11 @@ func (e *Engine) read(ctx context.Context, resource, value string) (lease.Readin
 // on, it learns of the release at its next extension (Lost) or reaches
 // its deadline. Hand a lease over only from a holder that stopped using
 // it.
+//
+//	// In the process that acquired it: hand resource, lease.Value() and
+//	// lease.Token() on. In the one that finishes the work:
+//	lease, err := e.Resume(ctx, "invoice:42", value, engine.WithToken(token))
+//	if err == nil { err = lease.Release(ctx) }
 func (e *Engine) Resume(ctx context.Context, resource, value string, opts ...Option) (*Lease, error) {
 	if value == "" {
 		return nil, errNoValue
@@ -135,6 +143,8 @@ var errNoValue = errors.New("redlease: Resume needs the lease's value (Lease.Val
 // (Lease.Token, Event.Token): the one Token returned in the process that
 // acquired it WithFencing. Resume takes it on the caller's word. For
 // Resume only.
+//
+//	lease, err := e.Resume(ctx, "invoice:42", value, engine.WithToken(token))
 func WithToken(token uint64) Option {
 	return Option{set: setToken, token: token}
 }
