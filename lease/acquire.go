@@ -118,7 +118,7 @@ func (a *leaseActor) backingOff(msg any) {
 // decide moves an acquire or fence round on once its tally settles it.
 func (a *leaseActor) decide() {
 	switch {
-	case a.tally.won() && a.tooSlow(a.now().Sub(a.start)):
+	case a.tally.won() && a.tooSlow(a.elapsed(a.start)):
 		a.roundFailed(errTooSlow)
 	case a.tally.won() && a.phase == acquiring && a.cfg.FenceKey != "":
 		a.startFence()

@@ -146,7 +146,7 @@ func (a *leaseActor) wrapUp(next phase, err error) {
 	kind := terminalKind(err)
 	a.emit(kind, err) // and closes the event channel
 	if a.cfg.Owner != nil {
-		a.cfg.Owner.Ended(a.now().Sub(a.state.start), err) // the winning round's
+		a.cfg.Owner.Ended(a.elapsed(a.state.start), err) // the winning round's
 	}
 	if a.cfg.Line != nil {
 		a.cfg.Line.Done(kind == Released)

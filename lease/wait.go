@@ -110,7 +110,7 @@ const GrantFreshDivisor = 3
 func (a *leaseActor) grantable(m *Wake) bool {
 	return m.Granted && m.Node >= 0 && m.Next == a.digest() && a.cfg.FenceKey == "" &&
 		a.noGrant&nodeBit(m.Node) == 0 && !a.cfg.Since.IsZero() &&
-		a.now().Sub(a.cfg.Since) < a.cfg.TTL/GrantFreshDivisor
+		a.elapsed(a.cfg.Since) < a.cfg.TTL/GrantFreshDivisor
 }
 
 // startGranted starts the round that node i's grant woke: the grant is
