@@ -119,7 +119,7 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	if err := b.admin.flushAll(ctx); err != nil {
 		return Result{}, err
 	}
-	e, err := engine.New(engine.Config{Nodes: b.addrs})
+	e, err := engine.New(engine.Config{Nodes: b.dial})
 	if err != nil {
 		return Result{}, err
 	}
@@ -131,7 +131,7 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 			_ = e.Close()
 		}
 	}()
-	b.progress.begin(fmt.Sprintf("[%d/%d] %s %s leases=%d", i+1, len(b.plan), r.client, r.workload, n))
+	b.progress.begin(fmt.Sprintf("[%d/%d] %s %s%s leases=%d", i+1, len(b.plan), r.client, r.workload, rttLabel(r.rtt), n))
 
 	// Everything the measurement itself keeps is allocated before the
 	// first heap reading, so only what the leases cost is counted.
@@ -228,7 +228,7 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	}()
 
 	// Hold, measured between two snapshots of the counters.
-	beforeSnap, err := take(ctx, b.admin)
+	beforeSnap, err := take(ctx, b.admin, b.proxy)
 	if err != nil {
 		return Result{}, err
 	}
@@ -242,7 +242,7 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	}
 	t1 := time.Now()
 	progressWrites := writes()
-	afterSnap, err := takeAfter(ctx, b.admin)
+	afterSnap, err := takeAfter(ctx, b.admin, b.proxy)
 	if err != nil {
 		return Result{}, err
 	}
@@ -286,6 +286,7 @@ func (b *bench) runHeld(ctx context.Context, i int, r run) (Result, error) {
 	}
 
 	res := summarizeHeld(r, len(b.addrs), &out, beforeSnap, afterSnap, progressWrites)
+	res.MeasuredRTTUS = micros(b.measuredRTT)
 	summary := fmt.Sprintf("%.0f ext/s, late p99 %s, %.0f B/lease (%.0f with Events)", res.CyclesPerS, fmtMicros(*res.ExtendLateP99), *res.HeapPerLease, *res.HeapWithEvents)
 	if res.LostLagP99 != nil {
 		summary += fmt.Sprintf(", lost lag p99 %s p99.9 %s, Done before Until in %.2f%%",

@@ -78,6 +78,28 @@ redlease's acquire p50 over raw's and raw-tuned's.
 Without -workload the suite is uncontended at 1, 128 and 512 workers on
 each node count, then held on the largest.
 
+Services reach Redis over a network, not loopback: -rtt repeats the whole
+suite per added round-trip time (e.g. -rtt 0,200us,1ms: one zone, across
+zones). Above 0, every client under test, redlease and each peer alike,
+reaches each node through a delay proxy; the bench's own FLUSHALL,
+seeding and INFO go direct. The proxies run in a process of their own
+(this program, started again), so their CPU is not in cli CPU; it is
+reported per cycle as proxy CPU on the progress line and in -json, and
+the proxies share the machine's cores with the clients and the nodes.
+A proxy is a latency, not a throughput limit: each chunk it reads goes
+out half the RTT later, while it reads on, so pipelined commands share
+the delay. Its sleeps are nanosleeps on a thread of their own (Go's
+timers round sub-millisecond sleeps up to about 1ms in an idle process).
+Its own hop (waking it, a read and a write per chunk each way) adds
+50-130µs to a round trip on a 2-core VM, so the bench measures it once
+per RTT (PING p50 through a proxy against direct), sets the proxies'
+delay that much lower, and prints the RTT then added; the ratios and
+-json give it too. The proxies cost about a plain forwarding proxy's CPU,
+up to twice that at low rates: 5-9µs per cycle at 128 workers on one node
+(a third of a core), but 300-800µs at 1 worker, where each chunk wakes
+the process. Connecting is not delayed, only what is sent; a dead node
+behind a proxy (degraded) takes connections and drops them at once.
+
 Workloads:
   uncontended  W workers, R resources; worker w cycles over its own resources
                w, w+W, w+2W, ...; a cycle is a single-round acquire (redlease
@@ -132,6 +154,8 @@ Workloads:
 Reported per run: cycles/s; acquire p50/p99/p99.9 and release p50/p99 (µs);
 errors; this process's CPU per cycle (getrusage) and its write syscalls per
 cycle (/proc/self/io syscw); the nodes' CPU per cycle (INFO cpu); the
+added RTT (rtt, 0 without -rtt; -json: added_rtt_us, and
+added_rtt_measured_us and proxy_cpu_us_per_cycle with a proxy); the
 commands the client sent per cycle (cmds: counted on its connections as they
 are written, a script is one; redlease sends each batch to a node as one
 script call carrying its commands, and counts those it carries) and the
@@ -178,6 +202,9 @@ Flags:
 `
 
 func main() {
+	if rtt, ok := os.LookupEnv(proxyEnv); ok {
+		os.Exit(serveProxies(rtt, os.Args[1:])) // the proxy process: see -rtt
+	}
 	os.Exit(mainCode())
 }
 
@@ -197,8 +224,9 @@ func mainCode() int {
 	instances := fs.Int("instances", defaultInstances, "client instances (engines, for redlease) a contended run spreads its workers over,\nworker w on instance w mod N, as services run one per process")
 	clientsFlag := fs.String("clients", strings.Join(clientNames, ","), "comma-separated clients")
 	jsonPath := fs.String("json", "", "write the results to `FILE` as a JSON array")
-	plotPath := fs.String("plot", "", "write an SVG plot to `FILE` (.svg): per workload a row with cycles/s and\nacquire p99 against workers, one line per client")
+	plotPath := fs.String("plot", "", "write an SVG plot to `FILE` (.svg): per workload and node count (and added RTT)\na row with cycles/s and acquire p99 against workers, one line per client")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole suite to `FILE` (go tool pprof);\nrun one client and one workload to read it")
+	rttFlag := fs.String("rtt", "0", "comma-separated round-trip times to add between every client and each node\n(e.g. 0,200us,1ms): the suite runs once per RTT; above 0 through delay proxies (see above)")
 	memProfile := fs.String("memprofile", "", "write a heap profile to `FILE` at the end of the suite, and for the held\nworkload while its leases are held")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), strings.NewReplacer("{{tuned}}", tunedHelp(), "{{ttl}}", lockTTL.String()).Replace(usageText))
@@ -233,6 +261,10 @@ func mainCode() int {
 	}
 	if *plotPath != "" && !strings.HasSuffix(strings.ToLower(*plotPath), ".svg") {
 		return usageError(fs, fmt.Errorf("-plot %q: only .svg is supported", *plotPath))
+	}
+	rtts, err := durations(*rttFlag)
+	if err != nil {
+		return usageError(fs, fmt.Errorf("-rtt: %w", err))
 	}
 	addrs := splitList(*nodesFlag)
 	counts := defaultNodeCounts
@@ -277,7 +309,15 @@ func mainCode() int {
 	if *instances < 1 {
 		return usageError(fs, fmt.Errorf("-instances must be at least 1, got %d", *instances))
 	}
-	plan := makePlan(workloads, clients, workers, *resources, *leasesFlag, counts)
+	// The whole plan once per added RTT, so that a proxy process serves
+	// one group of runs.
+	var plan []run
+	for _, rtt := range rtts {
+		for _, r := range makePlan(workloads, clients, workers, *resources, *leasesFlag, counts) {
+			r.rtt = rtt
+			plan = append(plan, r)
+		}
+	}
 	for i := range plan {
 		if plan[i].workload == contended {
 			plan[i].instances, plan[i].hold = *instances, *hold
@@ -331,7 +371,7 @@ func mainCode() int {
 	}
 	defer adm.close()
 
-	b := &bench{addrs: addrs, admin: adm, cluster: cluster, duration: *duration, warmup: *warmup, plan: plan, progress: newProgress(os.Stderr)}
+	b := &bench{addrs: addrs, dial: addrs, admin: adm, cluster: cluster, duration: *duration, warmup: *warmup, plan: plan, progress: newProgress(os.Stderr)}
 	var what []string
 	if n := len(plan) - countHeld(plan); n > 0 {
 		what = append(what, fmt.Sprintf("%d of %v (+%v warm-up)", n, *duration, *warmup))
@@ -339,8 +379,12 @@ func mainCode() int {
 	if countHeld(plan) > 0 {
 		what = append(what, fmt.Sprintf("held: %d leases for %v", *leasesFlag, heldHold(*duration)))
 	}
-	fmt.Fprintf(os.Stderr, "bench: %d runs (%s) on %s node%s, GOMAXPROCS=%d, %s; about %v\n",
-		len(plan), strings.Join(what, ", "), joinInts(counts, " and "), plural(most),
+	withRTT := ""
+	if len(rtts) > 1 || rtts[0] > 0 {
+		withRTT = " with added RTT " + joinDurations(rtts, ", ")
+	}
+	fmt.Fprintf(os.Stderr, "bench: %d runs (%s) on %s node%s%s, GOMAXPROCS=%d, %s; about %v\n",
+		len(plan), strings.Join(what, ", "), joinInts(counts, " and "), plural(most), withRTT,
 		runtime.GOMAXPROCS(0), runtime.Version(), b.left(0).Round(time.Second))
 	start := time.Now()
 	results, err := b.runAll(ctx)
@@ -379,19 +423,32 @@ func mainCode() int {
 
 // bench is one suite: the nodes, the plan, and how long each run takes.
 type bench struct {
-	addrs            []string
+	addrs            []string // the nodes, for the bench's own commands
 	admin            *admin
 	cluster          *redisproc.Cluster // the nodes the bench started; nil with -nodes
 	duration, warmup time.Duration
 	plan             []run
 	progress         *progress
+
+	// The clients under test dial the nodes at dial: addrs, or with an
+	// added RTT, proxy's ports in front of them; measuredRTT is the RTT
+	// the proxies added, as measured at their start.
+	dial        []string
+	proxy       *proxyProc
+	measuredRTT time.Duration
 }
 
 // runAll runs the plan in order and returns the results so far when one
 // run fails or ctx ends.
 func (b *bench) runAll(ctx context.Context) ([]Result, error) {
 	var results []Result
+	defer func() { b.proxy.close() }()
 	for i, r := range b.plan {
+		if i == 0 || r.rtt != b.plan[i-1].rtt {
+			if err := b.link(r.rtt); err != nil {
+				return results, fmt.Errorf("added RTT %v: %w", r.rtt, err)
+			}
+		}
 		res, err := b.on(r.nodes).runOne(ctx, i, r)
 		if err != nil {
 			b.progress.abort()
@@ -409,6 +466,47 @@ func (b *bench) runAll(ctx context.Context) ([]Result, error) {
 	return results, nil
 }
 
+// pings is how many PINGs measure the RTT a proxy adds, each way.
+const pings = 300
+
+// link sets the clients' way to the nodes for the runs with added RTT
+// rtt: direct for 0, otherwise through a new proxy process (the previous
+// one ends), whose added RTT it measures and reports.
+func (b *bench) link(rtt time.Duration) error {
+	b.proxy.close()
+	b.proxy, b.dial, b.measuredRTT = nil, b.addrs, 0
+	if rtt == 0 {
+		return nil
+	}
+	p, err := startProxies(rtt, b.addrs)
+	if err != nil {
+		return err
+	}
+	b.proxy, b.dial = p, p.addrs
+	direct, proxied, err := pingRTT(b.addrs[0], p.addrs[0], pings)
+	if err != nil {
+		return fmt.Errorf("PING through the proxy: %w", err)
+	}
+	// The proxies' own hop (waking their process, reading, writing) adds
+	// to their delay: set them once for that much less, so that they add
+	// about the RTT asked for (measured with the machine otherwise idle).
+	set := rtt
+	if hop := proxied - direct - rtt; hop > 0 {
+		set = max(rtt-hop, 0).Round(time.Microsecond)
+		if err := p.setRTT(set); err != nil {
+			return err
+		}
+		if direct, proxied, err = pingRTT(b.addrs[0], p.addrs[0], pings); err != nil {
+			return fmt.Errorf("PING through the proxy: %w", err)
+		}
+	}
+	b.measuredRTT = proxied - direct
+	us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+	fmt.Fprintf(os.Stderr, "bench: added RTT %v: every client reaches the nodes through delay proxies (pid %d), set to %v as their own hop adds the rest; PING p50 %v through one, %v direct: %v added\n",
+		rtt, p.cmd.Process.Pid, set, us(proxied), us(direct), us(b.measuredRTT))
+	return nil
+}
+
 // runOne is one run: FLUSHALL, a fresh client, a warm-up, then the
 // measured part between two snapshots of the counters. A degraded run
 // kills a node once the client is connected, before the warm-up, and
@@ -422,7 +520,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	}
 	lks := make([]locker, max(r.instances, 1))
 	for i := range lks {
-		if lks[i], err = newLocker(r.client, b.addrs); err != nil {
+		if lks[i], err = newLocker(r.client, b.dial); err != nil {
 			for _, lk := range lks[:i] {
 				lk.close()
 			}
@@ -436,7 +534,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	})
 	defer closeLocker()
 
-	label := fmt.Sprintf("[%d/%d] %s %s nodes=%d workers=%d", i+1, len(b.plan), r.client, r.workload, r.nodes, r.workers)
+	label := fmt.Sprintf("[%d/%d] %s %s nodes=%d%s workers=%d", i+1, len(b.plan), r.client, r.workload, r.nodes, rttLabel(r.rtt), r.workers)
 	if len(lks) > 1 {
 		label += fmt.Sprintf(" instances=%d", len(lks))
 	}
@@ -476,7 +574,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	warm = nil
 	runtime.GC() // the warm-up's garbage is not this run's cost
 
-	before, err := take(ctx, b.admin)
+	before, err := take(ctx, b.admin, b.proxy)
 	if err != nil {
 		return Result{}, err
 	}
@@ -485,7 +583,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	})
 	stats, probed, elapsed := drive(ctx, lks, r, b.duration, perWorker)
 	progressWrites := writes()
-	after, err := takeAfter(ctx, b.admin)
+	after, err := takeAfter(ctx, b.admin, b.proxy)
 	if err != nil {
 		return Result{}, err
 	}
@@ -494,7 +592,11 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	}
 	res = summarize(r, len(b.addrs), stats, probed, elapsed, before, after, progressWrites)
 	res.DeadNodes = dead
+	res.MeasuredRTTUS = micros(b.measuredRTT)
 	summary := fmt.Sprintf("%.0f cycles/s, acquire p99 %s, %d errors", res.CyclesPerS, fmtMicros(res.AcquireP99), res.Errors)
+	if res.ProxyCPU != nil {
+		summary += fmt.Sprintf(", proxy CPU %.1fµs/cycle", *res.ProxyCPU)
+	}
 	// redlease's view of the nodes: the dead one should be down, and
 	// only on a degraded run; say so either way on a degraded run, and
 	// otherwise only when something is off (a node left quarantined by a
@@ -517,7 +619,7 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 // them.
 func (b *bench) on(n int) *bench {
 	nb := *b
-	nb.addrs, nb.admin = b.addrs[:n], b.admin.first(n)
+	nb.addrs, nb.admin, nb.dial = b.addrs[:n], b.admin.first(n), b.dial[:n]
 	if n < len(b.addrs) {
 		nb.cluster = nil
 	}
@@ -529,7 +631,10 @@ func (b *bench) left(i int) time.Duration {
 	const setup = 150 * time.Millisecond   // FLUSHALL, connecting, summarizing
 	const restart = 100 * time.Millisecond // degraded: restarting and re-seeding the dead node
 	var d time.Duration
-	for _, r := range b.plan[min(i, len(b.plan)):] {
+	for j, r := range b.plan[min(i, len(b.plan)):] {
+		if k := i + j; r.rtt > 0 && (k == 0 || r.rtt != b.plan[k-1].rtt) {
+			d += 2 * pings * (r.rtt + 200*time.Microsecond) // link's PINGs, at most twice
+		}
 		if r.workload == heldWorkload {
 			// Acquiring at about 10,000 leases/s, two GCs, the hold and
 			// the loss phase.
@@ -620,6 +725,42 @@ func ints(s string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// durations parses a comma-separated list of durations >= 0, sorted,
+// without repeats.
+func durations(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for _, it := range splitList(s) {
+		d, err := time.ParseDuration(it)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("want durations >= 0 (0, 200us, 1ms), got %q", it)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func joinDurations(ds []time.Duration, sep string) string {
+	s := make([]string, len(ds))
+	for i, d := range ds {
+		s[i] = fmtRTT(micros(d))
+	}
+	return strings.Join(s, sep)
+}
+
+// rttLabel is " rtt=D" for a run with added RTT D, "" without.
+func rttLabel(rtt time.Duration) string {
+	if rtt == 0 {
+		return ""
+	}
+	return " rtt=" + rtt.String()
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func joinInts(ns []int, sep string) string {
 	s := make([]string, len(ns))

@@ -145,22 +145,24 @@ type snapshot struct {
 	// counted in its own reading, so a run's difference counts one INFO
 	// per node, the one of the snapshot before it.
 	commands int64
-	sent     int64 // commands the clients sent (wire.go)
+	sent     int64         // commands the clients sent (wire.go)
+	proxy    time.Duration // the proxy process's CPU; -1 without one, or unreadable
 }
 
-// take reads the counters. The admin INFO calls write to sockets too, so
-// they come after this process's counters on the way in and before them
-// on the way out (see takeAfter): they never count toward the run.
-func take(ctx context.Context, a *admin) (snapshot, error) {
-	var s snapshot
+// take reads the counters, the proxy process's CPU too (nil: none). The
+// admin INFO calls write to sockets too, so they come after this process's
+// counters on the way in and before them on the way out (see takeAfter):
+// they never count toward the run.
+func take(ctx context.Context, a *admin, px *proxyProc) (snapshot, error) {
+	s := snapshot{proxy: px.cpu()}
 	if err := a.server(ctx, &s); err != nil {
 		return s, err
 	}
 	return s, s.own()
 }
 
-func takeAfter(ctx context.Context, a *admin) (snapshot, error) {
-	var s snapshot
+func takeAfter(ctx context.Context, a *admin, px *proxyProc) (snapshot, error) {
+	s := snapshot{proxy: px.cpu()}
 	if err := s.own(); err != nil {
 		return s, err
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// The plot: one row per workload and node count, each with two panels
+// The plot: one row per added RTT, workload and node count, each with two panels
 // side by side, cycles/s and acquire p99 against workers, one line per
 // client.
 const (
@@ -52,10 +52,11 @@ func writePlot(path string, results []Result, clients []string, perPoint time.Du
 	type rowKey struct {
 		workload string
 		nodes    int
+		rtt      float64
 	}
 	var keys []rowKey
 	for _, r := range results {
-		if k := (rowKey{r.Workload, r.Nodes}); !slices.Contains(keys, k) {
+		if k := (rowKey{r.Workload, r.Nodes, r.AddedRTTUS}); !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 	}
@@ -68,7 +69,7 @@ func writePlot(path string, results []Result, clients []string, perPoint time.Du
 		var rows []Result
 		var here []string // the row's clients, in -clients order
 		for _, r := range results {
-			if r.Workload == k.workload && r.Nodes == k.nodes {
+			if r.Workload == k.workload && r.Nodes == k.nodes && r.AddedRTTUS == k.rtt {
 				rows = append(rows, r)
 			}
 		}
@@ -91,6 +92,9 @@ func plotRow(b *strings.Builder, top float64, workload string, rows []Result, cl
 	nodes := fmt.Sprintf("%d nodes", r0.Nodes)
 	if r0.DeadNodes > 0 {
 		nodes = fmt.Sprintf("%d of %d nodes dead", r0.DeadNodes, r0.Nodes)
+	}
+	if r0.AddedRTTUS > 0 {
+		nodes += fmt.Sprintf(" at %s added RTT", fmtRTT(r0.AddedRTTUS))
 	}
 	title := fmt.Sprintf("%s: %s, %d resources, %v per point, %v TTL", workload, nodes, r0.Resources, perPoint, lockTTL)
 	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-size="16" font-weight="bold">%s</text>`+"\n", 16.0, top+26, html.EscapeString(title))

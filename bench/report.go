@@ -21,6 +21,11 @@ type Result struct {
 	// 1); omitted when none.
 	DeadNodes int `json:"dead_nodes,omitempty"`
 	Workers   int `json:"workers"` // concurrent goroutines
+	// AddedRTTUS is the round-trip time added between the clients and
+	// each node (-rtt), in µs; MeasuredRTTUS, what the proxies added as
+	// measured (PING p50 through one minus direct), omitted when none.
+	AddedRTTUS    float64 `json:"added_rtt_us"`
+	MeasuredRTTUS float64 `json:"added_rtt_measured_us,omitempty"`
 	// Instances is how many client instances (engines) the workers
 	// spread over; omitted when one.
 	Instances int `json:"instances,omitempty"`
@@ -56,6 +61,9 @@ type Result struct {
 	NodeCommands float64 `json:"node_commands_per_cycle"`
 	// WriteSyscalls is from /proc/self/io; -1 where that is unreadable.
 	WriteSyscalls float64 `json:"write_syscalls_per_cycle"`
+	// ProxyCPU is the delay proxies' CPU per cycle (their own process,
+	// not in ClientCPU); omitted without added RTT.
+	ProxyCPU *float64 `json:"proxy_cpu_us_per_cycle,omitempty"`
 
 	// HandoffP50 and HandoffP99 (contended only): from a holder's call to
 	// Release to the acquire of the next holder, another worker,
@@ -98,7 +106,8 @@ func summarize(r run, nodes int, stats []workerStats, probed []time.Duration, el
 	rel := merge(stats, func(s *workerStats) []time.Duration { return s.release })
 	res := Result{
 		Client: r.client, Workload: r.workload, Nodes: nodes, Workers: r.workers, Resources: r.resources,
-		DurationS: elapsed.Seconds(), Cycles: len(acq), CyclesPerS: float64(len(acq)) / elapsed.Seconds(),
+		AddedRTTUS: micros(r.rtt),
+		DurationS:  elapsed.Seconds(), Cycles: len(acq), CyclesPerS: float64(len(acq)) / elapsed.Seconds(),
 		AcquireP50: quantile(acq, 0.50), AcquireP99: quantile(acq, 0.99), AcquireP999: quantile(acq, 0.999),
 		ReleaseP50: quantile(rel, 0.50), ReleaseP99: quantile(rel, 0.99),
 	}
@@ -162,6 +171,10 @@ func (res *Result) costs(before, after snapshot, progressWrites int64) {
 		// The progress line's own writes to stderr are not the client's.
 		res.WriteSyscalls = perCycle(float64(after.writes - before.writes - progressWrites))
 	}
+	if before.proxy >= 0 && after.proxy >= 0 {
+		px := perCycle(float64(after.proxy-before.proxy) / float64(time.Microsecond))
+		res.ProxyCPU = &px
+	}
 }
 
 // summarizeHeld turns a held run's measurements into its Result: a cycle
@@ -169,7 +182,8 @@ func (res *Result) costs(before, after snapshot, progressWrites int64) {
 func summarizeHeld(r run, nodes int, h *heldOut, before, after snapshot, progressWrites int64) Result {
 	res := Result{
 		Client: r.client, Workload: r.workload, Nodes: nodes, Workers: r.workers, Resources: r.resources,
-		DurationS: h.window.Seconds(), Cycles: len(h.late), CyclesPerS: float64(len(h.late)) / h.window.Seconds(),
+		AddedRTTUS: micros(r.rtt),
+		DurationS:  h.window.Seconds(), Cycles: len(h.late), CyclesPerS: float64(len(h.late)) / h.window.Seconds(),
 		AcquireP50: quantile(h.acquire, 0.50), AcquireP99: quantile(h.acquire, 0.99), AcquireP999: quantile(h.acquire, 0.999),
 		ReleaseP50: quantile(h.release, 0.50), ReleaseP99: quantile(h.release, 0.99),
 		Errors: h.errors,
@@ -216,12 +230,12 @@ func printTable(w io.Writer, results []Result) {
 }
 
 func printCompareTable(w io.Writer, results []Result) {
-	const head = "%-21s %-11s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %6s %7s %8s %8s %5s %5s\n"
-	const rowFmt = "%-21s %-11s %5d %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %6.1f %7.1f %8s %8s %5s %5s\n"
-	fmt.Fprintln(w, "latencies in µs; CPU in µs, writes (write syscalls, this process), cmds (commands the client sent, a script one; redlease: those its batch scripts carried) and calls (commands the nodes ran, a script's calls included) per acquire+release cycle;")
+	const head = "%-21s %-11s %5s %5s %7s %9s %8s %8s %9s %8s %6s %9s %9s %8s %6s %7s %8s %8s %5s %5s\n"
+	const rowFmt = "%-21s %-11s %5d %5s %7d %9.0f %8.0f %8.0f %9.0f %8.0f %6d %9.1f %9.1f %8.2f %6.1f %7.1f %8s %8s %5s %5s\n"
+	fmt.Fprintln(w, "rtt = round-trip time added between the clients and each node (-rtt); latencies in µs; CPU in µs, writes (write syscalls, this process), cmds (commands the client sent, a script one; redlease: those its batch scripts carried) and calls (commands the nodes ran, a script's calls included) per acquire+release cycle;")
 	fmt.Fprintln(w, "contended (workers spread over -instances client instances): hand = hand-off from one holder's Release to another's acquire returning;")
 	fmt.Fprintln(w, "round = p50 of the client's single-round acquire of a resource of its own, probed every 20ms during the contended run; fair = fewest acquisitions of a worker / mean")
-	fmt.Fprintf(w, head, "client", "workload", "nodes", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
+	fmt.Fprintf(w, head, "client", "workload", "nodes", "rtt", "workers", "cycles/s", "acq p50", "acq p99", "acq p99.9",
 		"rel p99", "errors", "cli CPU", "srv CPU", "writes", "cmds", "calls", "hand p50", "hand p99", "round", "fair")
 	for _, r := range results {
 		h50, h99, round, fair := "-", "-", "-", "-"
@@ -234,7 +248,7 @@ func printCompareTable(w io.Writer, results []Result) {
 		if r.Fairness != nil {
 			fair = fmt.Sprintf("%.2f", *r.Fairness)
 		}
-		fmt.Fprintf(w, rowFmt, clientLabel(r.Client), r.Workload, r.Nodes, r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
+		fmt.Fprintf(w, rowFmt, clientLabel(r.Client), r.Workload, r.Nodes, fmtRTT(r.AddedRTTUS), r.Workers, r.CyclesPerS, r.AcquireP50, r.AcquireP99, r.AcquireP999,
 			r.ReleaseP99, r.Errors, r.ClientCPU, r.ServerCPU, r.WriteSyscalls, r.Commands, r.NodeCommands, h50, h99, round, fair)
 	}
 	if slices.ContainsFunc(results, func(r Result) bool { return singleNode[r.Client] }) {
@@ -245,9 +259,9 @@ func printCompareTable(w io.Writer, results []Result) {
 // printHeldTable writes the held runs: memory, extension pace and
 // lateness, lost-signal lag, and costs per extension.
 func printHeldTable(w io.Writer, results []Result) {
-	const head = "%-8s %8s %8s %8s %8s %8s %8s %9s %9s %10s %9s %8s %8s %8s %7s %7s %6s\n"
+	const head = "%5s %-8s %8s %8s %8s %8s %8s %8s %9s %9s %10s %9s %8s %8s %8s %7s %7s %6s\n"
 	fmt.Fprintf(w, "held (redlease only): %v TTL, auto-extended at TTL/3; latencies in µs; CPU in µs and writes (write syscalls, this process) per extension\n", heldTTL)
-	fmt.Fprintf(w, head, "leases", "heap B/l", "+events", "ext/s", "late p50", "late p99", "late max",
+	fmt.Fprintf(w, head, "rtt", "leases", "heap B/l", "+events", "ext/s", "late p50", "late p99", "late max",
 		"lost p50", "lost p99", "lost p99.9", "lost max", "<Until %", "cli CPU", "srv CPU", "writes", "dropped", "errors")
 	f0 := func(p *float64) string {
 		if p == nil {
@@ -269,7 +283,7 @@ func printHeldTable(w io.Writer, results []Result) {
 		if r.EventsDropped != nil {
 			dropped = fmt.Sprint(*r.EventsDropped)
 		}
-		fmt.Fprintf(w, head, leases, f0(r.HeapPerLease), f0(r.HeapWithEvents), f0(r.ExtensionsPerS),
+		fmt.Fprintf(w, head, fmtRTT(r.AddedRTTUS), leases, f0(r.HeapPerLease), f0(r.HeapWithEvents), f0(r.ExtensionsPerS),
 			f0(r.ExtendLateP50), f0(r.ExtendLateP99), f0(r.ExtendLateMax),
 			f0(r.LostLagP50), f0(r.LostLagP99), f0(r.LostLagP999), f0(r.LostLagMax), pct(r.LostBeforeUntil),
 			fmt.Sprintf("%.1f", r.ClientCPU), fmt.Sprintf("%.1f", r.ServerCPU), fmt.Sprintf("%.2f", r.WriteSyscalls),
@@ -278,24 +292,25 @@ func printHeldTable(w io.Writer, results []Result) {
 }
 
 // row is one point of the comparison: the results of every client at one
-// node count, workload and worker count.
+// added RTT, node count, workload and worker count.
 type row struct {
+	rtt      float64 // µs
 	nodes    int
 	workload string
 	workers  int
 	results  []Result
 }
 
-// rows groups results by node count, workload and worker count, in the
-// order each point first appears.
+// rows groups results by added RTT, node count, workload and worker
+// count, in the order each point first appears.
 func rows(results []Result) []row {
 	var out []row
 	for _, r := range results {
 		i := slices.IndexFunc(out, func(x row) bool {
-			return x.nodes == r.Nodes && x.workload == r.Workload && x.workers == r.Workers
+			return x.rtt == r.AddedRTTUS && x.nodes == r.Nodes && x.workload == r.Workload && x.workers == r.Workers
 		})
 		if i < 0 {
-			out = append(out, row{nodes: r.Nodes, workload: r.Workload, workers: r.Workers})
+			out = append(out, row{rtt: r.AddedRTTUS, nodes: r.Nodes, workload: r.Workload, workers: r.Workers})
 			i = len(out) - 1
 		}
 		out[i].results = append(out[i].results, r)
@@ -333,9 +348,12 @@ func strongest(peers []Result) Result {
 // named) with both clients' CPU per cycle, then over each other peer's;
 // at 1 worker also redlease's acquire p50 over raw's and raw-tuned's;
 // contended, redlease's hand-off p50 over its own round p50.
-// Above 1 is better for redlease, except for p50.
+// Above 1 is better for redlease, except for p50. With added RTT, the rows
+// of each RTT come under a heading of their own.
 func printRatios(w io.Writer, results []Result) {
 	header := false
+	withRTT := slices.ContainsFunc(results, func(r Result) bool { return r.AddedRTTUS > 0 })
+	group := -1.0 // the RTT whose heading was printed last
 	for _, p := range rows(results) {
 		rl, peers := p.split()
 		if rl == nil || len(peers) == 0 {
@@ -344,6 +362,10 @@ func printRatios(w io.Writer, results []Result) {
 		if !header {
 			fmt.Fprintln(w, "\nredlease / peer, cycles/s (the strongest peer of the row first, with both clients' CPU in µs per cycle):")
 			header = true
+		}
+		if withRTT && p.rtt != group {
+			group = p.rtt
+			fmt.Fprintln(w, " "+rttHeading(rl))
 		}
 		best := strongest(peers)
 		line := fmt.Sprintf("  %d node%s %-11s workers=%-4d %.2f× %s (CPU %.1f vs %.1f)", p.nodes, plural(p.nodes), p.workload, p.workers,
@@ -367,6 +389,23 @@ func printRatios(w io.Writer, results []Result) {
 	}
 }
 
+// rttHeading names a result's added RTT, with what was measured.
+func rttHeading(r *Result) string {
+	if r.AddedRTTUS == 0 {
+		return "no added RTT:"
+	}
+	measured := time.Duration(r.MeasuredRTTUS * float64(time.Microsecond)).Round(time.Microsecond)
+	return fmt.Sprintf("added RTT %s (measured %v):", fmtRTT(r.AddedRTTUS), measured)
+}
+
+// fmtRTT shows an added RTT in µs: 0, 200µs, 1ms.
+func fmtRTT(us float64) string {
+	if us == 0 {
+		return "0"
+	}
+	return fmtMicros(us)
+}
+
 func plural(n int) string {
 	if n == 1 {
 		return ""
@@ -378,11 +417,14 @@ func plural(n int) string {
 // and p99 with one node dead over the same without (uncontended at the
 // same workers); near 1 means a dead minority costs nothing.
 func printDegradedRatios(w io.Writer, results []Result) {
-	type point struct{ nodes, workers int }
+	type point struct {
+		rtt            float64
+		nodes, workers int
+	}
 	healthy := map[point]Result{}
 	for _, r := range results {
 		if r.Client == "redlease" && r.Workload == uncontended {
-			healthy[point{r.Nodes, r.Workers}] = r
+			healthy[point{r.AddedRTTUS, r.Nodes, r.Workers}] = r
 		}
 	}
 	header := false
@@ -390,7 +432,7 @@ func printDegradedRatios(w io.Writer, results []Result) {
 		if r.Client != "redlease" || r.Workload != degraded {
 			continue
 		}
-		h, ok := healthy[point{r.Nodes, r.Workers}]
+		h, ok := healthy[point{r.AddedRTTUS, r.Nodes, r.Workers}]
 		if !ok {
 			continue
 		}
@@ -398,7 +440,11 @@ func printDegradedRatios(w io.Writer, results []Result) {
 			fmt.Fprintf(w, "\nredlease, %d of %d nodes dead / all up (degraded / uncontended):\n", r.DeadNodes, r.Nodes)
 			header = true
 		}
-		fmt.Fprintf(w, "  workers=%-4d acquire p50 %s (%s vs %s)   acquire p99 %s (%s vs %s)   cycles/s %s\n", r.Workers,
+		at := ""
+		if r.AddedRTTUS > 0 {
+			at = "rtt=" + fmtRTT(r.AddedRTTUS) + " "
+		}
+		fmt.Fprintf(w, "  %sworkers=%-4d acquire p50 %s (%s vs %s)   acquire p99 %s (%s vs %s)   cycles/s %s\n", at, r.Workers,
 			ratio(r.AcquireP50, h.AcquireP50), fmtMicros(r.AcquireP50), fmtMicros(h.AcquireP50),
 			ratio(r.AcquireP99, h.AcquireP99), fmtMicros(r.AcquireP99), fmtMicros(h.AcquireP99),
 			ratio(r.CyclesPerS, h.CyclesPerS))

@@ -41,6 +41,7 @@ type run struct {
 	resources int
 	instances int           // client instances the workers spread over (contended; else 1)
 	hold      time.Duration // contended: how long each holder keeps the lock
+	rtt       time.Duration // added between the clients and each node (-rtt)
 }
 
 // defaultInstances: a contended run spreads its workers over this many
