@@ -331,9 +331,6 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if o.fencing && resume == "" {
 		cfg.FenceKey = fenceKey(key)
 	}
-	reply := make(chan lease.Result, 1)
-	cfg.Reply, cfg.WinningVotes = reply, winningVotes
-
 	t := e.lines.join(key, cfg.Value, o.ttl, attempts == 1)
 	if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 		return nil, lease.Result{}, err
@@ -373,9 +370,12 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		cfg.Resumed = &lease.Resumed{Start: r.Start, Until: r.Until, Token: o.token}
 	}
 
+	reply := acquireReplies.get()
+	cfg.Reply, cfg.WinningVotes = reply, winningVotes
 	e.mu.Lock()
 	if e.closed.Load() {
 		e.mu.Unlock()
+		acquireReplies.put(reply)
 		t.Done(false)
 		return nil, lease.Result{}, ErrClosed
 	}
@@ -410,6 +410,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 			r = <-reply
 		}
 	}
+	acquireReplies.put(reply)
 	if r.Err != nil {
 		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err,
 			HeldBy: lease.HeldBy(r.Votes), resumed: resume != ""}

@@ -113,8 +113,11 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 func (l *Lease) release(ctx context.Context) error {
-	reply := make(chan lease.ReleaseResult, 1)
+	reply := releaseReplies.get()
 	r, err := ask(ctx, l, &lease.Release{State: l.state, Reply: reply}, reply)
+	if err == nil {
+		releaseReplies.put(reply)
+	}
 	switch {
 	case err != nil:
 		return err
