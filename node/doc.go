@@ -19,7 +19,9 @@
 //   - a batch runs as calls of one script (batch.lua), each carrying up to
 //     maxScriptOps commands in order; a call that meets NOSCRIPT (the
 //     server's cache lost the script) is sent again in full with every
-//     call after it, in order (every command is idempotent).
+//     call after it, in order (every command is idempotent); a batch's
+//     acquires that neither queue nor fence go first, as plain SETs in
+//     one MULTI/EXEC with the script's epoch check (plain.go).
 //
 // The batch script's commands are written once, in Go (protocol.go): per
 // code, the KEYS and ARGV it takes and its reply. The encoder appends what

@@ -183,8 +183,11 @@ type entry struct {
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
 	silent bool
-	keyBit uint16 // the key's bit in a keySet
-	urgent bool   // a hand-off waits for it: it may go beside a batch on the wire
+	// scripted: an acquire that goes through the script, not plain (see
+	// plain.go): a plain SET found its key.
+	scripted bool
+	keyBit   uint16 // the key's bit in a keySet
+	urgent   bool   // a hand-off waits for it: it may go beside a batch on the wire
 }
 
 // maxWire is how many batches may be on a node's wire at once, with
@@ -248,7 +251,8 @@ type nodeActor struct {
 	onWire   [maxWire]keySet
 	wires    int // how many batches may be on the wire: 1, or maxWire with Config.Overlap
 	alone    bool
-	stopping bool // nothing more goes on the wire
+	noPlain  atomic.Bool // the node refused MULTI: acquires go through the script (plain.go)
+	stopping bool        // nothing more goes on the wire
 	stats    counters
 	health   health
 
@@ -266,6 +270,7 @@ type wire struct {
 	script scriptArgs   // the batch script call it builds
 	out    actors.Batch // the votes of the batch it answers
 	ctx    *deadline    // the context of its batches; nil after one fired
+	rest   []entry      // plainFirst's scratch space
 }
 
 func (a *nodeActor) Receive(ctx actor.Context) {
@@ -280,7 +285,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		a.stats.onWire.Add(-int64(m.size))
 		switch {
 		case m.unchecked: // unsent: first in line again, after a probe
-			a.queue = append(m.batch, a.queue...)
+			a.queue = append(append(m.retry, m.batch...), a.queue...)
 		case len(m.retry) > 0: // issued before anything queued now
 			a.queue = append(m.retry, a.queue...)
 			a.spares = append(a.spares, m.batch[:0])
@@ -588,13 +593,21 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 			w.ctx = nil // it fired: the next batch needs a new one
 		}
 	}()
-	batch := j.batch
+	plain := 0
+	if !a.noPlain.Load() {
+		plain, w.rest = plainFirst(j.batch, w.rest)
+	}
+	batch := j.batch[plain:] // the script's
 	cmds := make(rueidis.Commands, 0, len(batch)+1)
 	if j.mark != nil {
 		// First, so every acquire after it sees the marker.
 		cmds = append(cmds, markCmd(client, a.cfg.EpochKey, *j.mark, !a.cfg.UnsafeEviction))
 	}
 	skip := len(cmds)
+	if plain > 0 {
+		cmds = appendPlain(cmds, client, j.batch[:plain], a.cfg.EpochKey, j.epoch)
+	}
+	plainEnd := len(cmds)
 	for c := range chunks(len(batch)) {
 		cmds = append(cmds, w.script.build(client, chunkOf(batch, c), a.cfg.EpochKey, j.epoch, j.channel, &w.ttl))
 	}
@@ -604,15 +617,18 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 		return err
 	}
 	a.stats.batches.Add(1)
-	a.stats.commands.Add(uint64(len(batch)))
+	a.stats.commands.Add(uint64(len(j.batch)))
 	if a.cfg.Meter != nil {
-		a.cfg.Meter.RoundTrip(time.Since(start), len(batch))
+		a.cfg.Meter.RoundTrip(time.Since(start), len(j.batch))
 	}
 	if skip > 0 {
 		n, err := results[0].AsInt64()
 		done.marked, done.markFailed = n == 1, err == nil && n == 0
-		results = results[skip:]
 	}
+	if plain > 0 {
+		a.answerPlain(j.batch[:plain], results[skip:plainEnd], j.epoch, time.Now(), done, &w.out)
+	}
+	results = results[plainEnd:]
 
 	// A node whose script cache lost the batch script (a new process
 	// behind a connection that outlived the old one, SCRIPT FLUSH) is

@@ -703,7 +703,8 @@ func TestBatchRepliesInOrder(t *testing.T) {
 			key, o = "taken", Taken
 		}
 		want[round] = o
-		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req(key, "me", round), TTL: time.Minute})
+		// Queueing (Since): through the script, not plain (plain.go).
+		h.system.Root.Send(h.node.PID, &Acquire{Request: h.req(key, "me", round), TTL: time.Minute, Since: "1"})
 	}
 	testwait.Eventually(t, 10*time.Second, "every acquire queued", func() bool { return h.node.Stats().Queued == n })
 	if err := h.server.Resume(); err != nil {

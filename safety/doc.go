@@ -59,7 +59,10 @@
 //     the resource in the gap: the lease's next extension must lose it,
 //     not make it again;
 //
-// and some holders pause past their validity before writing.
+// and some holders pause past their validity before writing. A third of
+// the unfenced holders take their leases with TryAcquire, again after a
+// refusal: its round goes to the nodes as plain commands (package node,
+// plain.go), which every fault above meets too.
 //
 // The Report counts acquisitions, overlapping holdings of one resource
 // (must be 0), stale writes the store rejected thanks to fencing, tokens

@@ -1,0 +1,130 @@
+package node
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// The plain block's epoch check (epochHolds in Go) and the batch script's
+// (epochHolds in Lua) agree on every kind of dataset: the marker of the
+// running process, none, another lineage's, a new replication id, and
+// losses (a flush) on a process that may run DEBUG. Each case asks both
+// on the same node at the same moment: the script through a check
+// (answers -1 when the marker does not hold), Go on a plain block's
+// reads.
+func TestPlainAgreesWithScript(t *testing.T) {
+	ctx := t.Context()
+	nodes := redisproc.Start(t, 2) // redisproc's servers may run DEBUG
+	srv := nodes.Nodes[0]
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	conn := NewConn(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
+	defer conn.Close()
+	probe := func() Info {
+		t.Helper()
+		info, err := conn.Probe(ctx, epochKey, Info{}) // loads the script too
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	info := probe()
+	if !info.Debug {
+		t.Fatal("the test servers must allow DEBUG: the debug case would not run")
+	}
+	mark := func(i Info) {
+		t.Helper()
+		if err := srv.Set(ctx, epochKey, i.Lineage(), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name  string
+		setup func() Info // makes the dataset; returns what the engine judged safe
+		want  bool
+	}{
+		{"the marker of the running process", func() Info { mark(info); return info }, true},
+		{"no marker", func() Info {
+			if _, err := srv.Do(ctx, "DEL", epochKey); err != nil {
+				t.Fatal(err)
+			}
+			return info
+		}, false},
+		{"another lineage's marker", func() Info {
+			other := info
+			other.RunID = "0000000000000000000000000000000000000000"
+			mark(other)
+			return info
+		}, false},
+		{"a new replication id", func() Info {
+			mark(info)
+			if err := nodes.Nodes[1].ReplicaOf(ctx, srv); err != nil { // the primary draws a new one
+				t.Fatal(err)
+			}
+			return info
+		}, false},
+		{"the new replication id, marked", func() Info { i := probe(); mark(i); return i }, true},
+		{"a loss on a process that may run DEBUG", func() Info {
+			i := probe()
+			mark(i)
+			if _, err := srv.Do(ctx, "FLUSHDB"); err != nil { // empties db 0, the marker too
+				t.Fatal(err)
+			}
+			mark(i) // as DEBUG RELOAD would bring it back
+			return i
+		}, false},
+		{"the losses counted, marked", func() Info { i := probe(); mark(i); return i }, true},
+	}
+	for _, tc := range cases {
+		judged := tc.setup()
+		epoch := judged.Lineage()
+		if judged.Debug {
+			epoch += debugSuffix
+		}
+		script := scriptHolds(ctx, t, c, epoch)
+		plain := plainHolds(ctx, t, c, epoch)
+		if script != tc.want || plain != tc.want {
+			t.Errorf("%s: the script says %v, the plain block %v; want %v", tc.name, script, plain, tc.want)
+		}
+	}
+}
+
+// scriptHolds asks the batch script whether epoch holds: a check answers
+// -1 when it does not.
+func scriptHolds(ctx context.Context, t *testing.T, c rueidis.Client, epoch string) bool {
+	t.Helper()
+	var s scriptArgs
+	var ttl millis
+	e := entry{op: opCheck, req: &Request{Key: "{k}", Value: "v"}}
+	arr, err := c.Do(ctx, s.build(c, []entry{e}, epochKey, epoch, "", &ttl)).ToArray()
+	if err != nil || len(arr) != 1 {
+		t.Fatalf("script: %v %v", arr, err)
+	}
+	n, _ := arr[0].AsInt64()
+	return n != epochMissing
+}
+
+// plainHolds runs a plain block's reads (no SET) and judges them.
+func plainHolds(ctx context.Context, t *testing.T, c rueidis.Client, epoch string) bool {
+	t.Helper()
+	cmds := appendPlain(nil, c, nil, epochKey, epoch)
+	res := c.DoMulti(ctx, cmds...)
+	arr, err := res[len(res)-1].ToArray()
+	if err != nil || len(arr) != plainChecks(epoch) {
+		t.Fatalf("plain block: %v %v", arr, err)
+	}
+	marker, merr := arr[0].ToString()
+	repl, _ := arr[1].ToString()
+	stats := ""
+	if len(arr) == 3 {
+		stats, _ = arr[2].ToString()
+	}
+	return epochHolds(epoch, marker, merr == nil, repl, stats)
+}
