@@ -122,10 +122,10 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 		wires:  1,
 	}
 	if cfg.Overlap {
-		a.wires = maxWire
+		a.wires = overlapWires
 	}
 	a.start(cfg.First)
-	for range a.wires {
+	for range maxWire { // a slow link may have as many batches out
 		a.senders.Add(1)
 		go a.sender()
 	}
@@ -190,8 +190,8 @@ type entry struct {
 	urgent   bool   // a hand-off waits for it: it may go beside a batch on the wire
 }
 
-// maxWire is how many batches may be on a node's wire at once, with
-// Config.Overlap; else one. With one, a command that came while a batch
+// overlapWires is how many batches may be on a node's wire at once, with
+// Config.Overlap; else one, on a fast link. With one, a command that came while a batch
 // was out waits for it to return: on one node, most of a contended
 // hand-off's time was its release and the next acquire each waiting so.
 // A second batch goes, with the commands whose keys the first does not
@@ -202,7 +202,55 @@ type entry struct {
 // a quarter less time. The second keeps the node busy while the client
 // reads the batch on the wire's answers. On five nodes, on a machine whose
 // cores the client and the nodes share, both cost more than they saved.
-const maxWire = 2
+const overlapWires = 2
+
+// maxWire is how many batches may be on the wire of a node behind a slow
+// link (slowLink): there a batch goes, beside those on the wire, with the
+// commands whose keys they do not carry, deepEvery after the last one
+// went (a timer sees to it), however few commands queued. A command then
+// waits about deepEvery for a batch rather than a round trip of the
+// link, while the answers of a batch, which come back together and make
+// the next commands together, still go out together.
+
+// slowLink: a node whose recent batches all took at least this long to
+// come back (link.floor) is behind a slow link, a network hop rather than
+// the loopback or a rack's switch, where the batches' own work, not the
+// link, makes their round trip; deepEvery is how often a batch may go
+// out there.
+const (
+	maxWire   = 8
+	slowLink  = 500 * time.Microsecond
+	deepEvery = 100 * time.Microsecond
+)
+
+// link is the smallest round trip of a node's batches in the last one or
+// two linkWindows: what the link costs, beyond the batches' own work.
+type link struct {
+	min, prev time.Duration
+	since     time.Time
+}
+
+const linkWindow = 500 * time.Millisecond
+
+func (l *link) add(now time.Time, rtt time.Duration) {
+	if now.Sub(l.since) >= linkWindow {
+		l.prev, l.min, l.since = l.min, rtt, now
+		return
+	}
+	l.min = min(l.min, rtt)
+}
+
+// floor is the link's estimate: the smallest round trip of the window
+// and the one before.
+func (l *link) floor() time.Duration {
+	if l.prev > 0 {
+		return min(l.min, l.prev)
+	}
+	return l.min
+}
+
+// slow reports whether the node is behind a slow link.
+func (l *link) slow() bool { return l.floor() >= slowLink }
 
 // overlapAt is how many queued commands make a second batch worth its
 // write: measured on one node, uncontended (go run ./bench -n 1 -clients
@@ -249,7 +297,11 @@ type nodeActor struct {
 	// marker, which nothing may run beside.
 	used     [maxWire]bool
 	onWire   [maxWire]keySet
-	wires    int // how many batches may be on the wire: 1, or maxWire with Config.Overlap
+	wires    int // how many batches may be on the wire: 1, or overlapWires with Config.Overlap; maxWire on a slow link
+	link     link
+	lastSent time.Time   // when the last batch went out
+	deep     *time.Timer // flushes deepEvery after lastSent, on a slow link
+	deepSet  bool        // deep is set
 	alone    bool
 	noPlain  atomic.Bool // the node refused MULTI: acquires go through the script (plain.go)
 	stopping bool        // nothing more goes on the wire
@@ -282,6 +334,10 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *sent:
 		a.returned(m.slot)
+		if !m.unchecked {
+			now := time.Now()
+			a.link.add(now, now.Sub(m.sentAt))
+		}
 		a.stats.onWire.Add(-int64(m.size))
 		switch {
 		case m.unchecked: // unsent: first in line again, after a probe
@@ -298,6 +354,9 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		a.returned(0)
 		a.probeDone(m)
 		a.flush()
+	case *deepTick:
+		a.deepSet = false
+		a.flush()
 	case *healthTick:
 		a.health.probeDue = true
 		a.flush()
@@ -308,6 +367,9 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	case *actor.Stopping:
 		if a.timer != nil {
 			a.timer.Stop()
+		}
+		if a.deep != nil {
+			a.deep.Stop()
 		}
 		// Commands still in the mailbox would never be handled (a stopped
 		// actor's user messages are dropped): queue them to be answered.
@@ -362,10 +424,8 @@ func (a *nodeActor) command(msg any) {
 }
 
 func (a *nodeActor) enqueue(e entry) {
-	if a.wires > 1 {
-		e.keyBit = keyBit(e.req.Key)
-		e.urgent = e.op.acquires() && e.since != "" || e.op == opRelease && (e.leave || e.successor != "")
-	}
+	e.keyBit = keyBit(e.req.Key)
+	e.urgent = e.op.acquires() && e.since != "" || e.op == opRelease && (e.leave || e.successor != "")
 	e.queued = e.req.Sent
 	if e.queued.IsZero() {
 		e.queued = time.Now()
@@ -383,7 +443,11 @@ func (a *nodeActor) enqueue(e entry) {
 // answers again and while its key may live: a failed attempt's keys must
 // not outlive it.
 func (a *nodeActor) flush() {
-	if a.inFlight() == a.wires || a.alone || a.stopping {
+	limit, slow := a.wires, a.link.slow()
+	if slow {
+		limit = maxWire
+	}
+	if a.inFlight() >= limit || a.alone || a.stopping {
 		return
 	}
 	now := time.Now()
@@ -400,18 +464,27 @@ func (a *nodeActor) flush() {
 	if len(a.queue) == 0 {
 		return
 	}
-	slot, busy := 0, keySet{} // busy: keys whose commands wait
+	slot, busy := -1, keySet{} // slot: the first free; busy: keys whose commands wait
 	for s, used := range a.used {
 		if !used {
-			slot = s
+			if slot < 0 {
+				slot = s
+			}
 			continue
 		}
 		for w := range busy {
 			busy[w] |= a.onWire[s][w]
 		}
 	}
-	if a.inFlight() > 0 && len(a.queue) < overlapAt &&
-		!slices.ContainsFunc(a.queue, func(e entry) bool { return e.urgent && !busy.has(e.keyBit) }) {
+	switch {
+	case a.inFlight() == 0:
+	case slow:
+		if wait := deepEvery - now.Sub(a.lastSent); wait > 0 {
+			a.flushIn(wait)
+			return
+		}
+	case len(a.queue) < overlapAt &&
+		!slices.ContainsFunc(a.queue, func(e entry) bool { return e.urgent && !busy.has(e.keyBit) }):
 		return
 	}
 	keys := &a.onWire[slot]
@@ -483,10 +556,26 @@ func (a *nodeActor) flush() {
 		checked := a.health.checked
 		j.mark, a.alone = &checked, true
 	}
-	a.used[slot] = true
+	a.used[slot], a.lastSent = true, now
 	a.stats.onWire.Add(int64(len(batch)))
 	a.work <- j // never blocks: it holds as many jobs as may be on the wire
 }
+
+// flushIn has the actor flush again in d (deepTick), unless it will.
+func (a *nodeActor) flushIn(d time.Duration) {
+	if a.deepSet {
+		return
+	}
+	a.deepSet = true
+	if a.deep == nil {
+		a.deep = time.AfterFunc(d, func() { a.system.Root.Send(a.self, &deepTick{}) })
+		return
+	}
+	a.deep.Reset(d)
+}
+
+// deepTick: flushIn's time came.
+type deepTick struct{ actors.Late }
 
 // returned frees the wire's slot of a job that came back.
 func (a *nodeActor) returned(slot int) {

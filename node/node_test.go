@@ -626,7 +626,7 @@ func TestSecondBatchLeavesKeysOnTheWire(t *testing.T) {
 // cannot tell which of two commands went out.
 func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 	queue := func(urgent bool, keys ...string) *nodeActor {
-		a := &nodeActor{cfg: Config{Timeout: time.Minute, Quarantine: -1}, work: make(chan job, maxWire), wires: maxWire}
+		a := &nodeActor{cfg: Config{Timeout: time.Minute, Quarantine: -1}, work: make(chan job, maxWire), wires: overlapWires}
 		a.used[0] = true
 		a.onWire[0].add(keyBit("a"))
 		for i, key := range keys {
@@ -671,6 +671,33 @@ func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 	a.flush()
 	if len(a.work) != 0 {
 		t.Fatal("a second batch without Overlap")
+	}
+
+	// Behind a slow link, up to maxWire batches go, each deepEvery after
+	// the last (a timer flushes then), without Overlap, with one command
+	// or more.
+	a = queue(false, "b")
+	a.wires = 1
+	now := time.Now()
+	a.link.add(now, slowLink)
+	a.lastSent = now
+	a.deepSet = true // as if its timer were set: this actor has no system to tick it
+	a.flush()
+	if len(a.work) != 0 {
+		t.Fatal("a second batch on a slow link before deepEvery")
+	}
+	a.lastSent = now.Add(-deepEvery)
+	a.flush()
+	if len(a.work) != 1 {
+		t.Fatal("no second batch on a slow link after deepEvery")
+	}
+	a = queue(false, "b")
+	a.wires = 1
+	a.link.add(now, slowLink-time.Microsecond)
+	a.lastSent = now.Add(-time.Second)
+	a.flush()
+	if len(a.work) != 0 {
+		t.Fatal("a second batch on a fast link")
 	}
 }
 

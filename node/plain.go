@@ -36,7 +36,7 @@ import (
 // costs one round trip more, an uncontended acquire none.
 //
 // An acquire goes plain only when no command before it in its batch has
-// its key (keyBit): commands on one key still take effect in the order
+// its key (entry.keyBit): commands on one key still take effect in the order
 // they came. The plain block goes first, then the script call. A node
 // that refuses MULTI (an ACL) sends every acquire through the script.
 
@@ -54,12 +54,12 @@ func plainFirst(batch, rest []entry) (int, []entry) {
 	rest = rest[:0]
 	for i := range batch {
 		e := batch[i]
-		if e.plain() && !before.has(keyBit(e.req.Key)) {
+		if e.plain() && !before.has(e.keyBit) {
 			batch[n] = e
 			n++
 			continue
 		}
-		before.add(keyBit(e.req.Key))
+		before.add(e.keyBit)
 		rest = append(rest, e)
 	}
 	copy(batch[n:], rest)
