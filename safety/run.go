@@ -685,13 +685,13 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 }
 
 // tryAcquire takes the lease with TryAcquire, again after a refusal, for
-// up to a second: a round that neither queues nor fences, which goes to
+// up to two seconds: a round that neither queues nor fences, which goes to
 // the nodes as a plain SET (see package node, plain.go), so that every
 // dataset fault meets plain acquires too. Not acquired until then, it gives
 // up with neither a lease nor an error: refusals are what a TryAcquire of
 // a contended resource gets, not failures.
 func tryAcquire(ctx context.Context, e *engine.Engine, resource string, rng *rand.Rand, opts []engine.Option) (*engine.Lease, error) {
-	giveUp := time.Now().Add(time.Second)
+	giveUp := time.Now().Add(2 * time.Second)
 	for {
 		l, err := e.TryAcquire(ctx, resource, opts...)
 		var ae *engine.AcquireError
@@ -703,7 +703,8 @@ func tryAcquire(ctx context.Context, e *engine.Engine, resource string, rng *ran
 		case time.Now().After(giveUp):
 			return nil, nil
 		}
-		time.Sleep(time.Duration(1+rng.IntN(5)) * time.Millisecond)
+		// Not a spin: the checker's machine runs the nodes and the faults too.
+		time.Sleep(time.Duration(10+rng.IntN(20)) * time.Millisecond)
 	}
 }
 
