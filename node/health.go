@@ -245,8 +245,9 @@ type (
 // batch's slice for reuse.
 type sent struct {
 	actors.Late
-	slot       int       // the job's (job.slot)
-	sentAt     time.Time // when it went out
+	slot       int           // the job's (job.slot)
+	sentAt     time.Time     // when it went out
+	rtt        time.Duration // from the write to the answers (0: unsent, or no answer)
 	batch      []entry
 	size       int     // entries sent
 	unchecked  bool    // nothing was sent: batch waits for a probe, in order

@@ -334,9 +334,8 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *sent:
 		a.returned(m.slot)
-		if !m.unchecked {
-			now := time.Now()
-			a.link.add(now, now.Sub(m.sentAt))
+		if m.rtt > 0 {
+			a.link.add(time.Now(), m.rtt)
 		}
 		a.stats.onWire.Add(-int64(m.size))
 		switch {
@@ -705,10 +704,14 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	if err := results[0].Error(); errors.Is(err, errUnchecked) {
 		return err
 	}
+	rtt := time.Since(start)
+	if results[len(results)-1].NonRedisError() == nil {
+		done.rtt = rtt // the link's, not a timeout's (link.add)
+	}
 	a.stats.batches.Add(1)
 	a.stats.commands.Add(uint64(len(j.batch)))
 	if a.cfg.Meter != nil {
-		a.cfg.Meter.RoundTrip(time.Since(start), len(j.batch))
+		a.cfg.Meter.RoundTrip(rtt, len(j.batch))
 	}
 	if skip > 0 {
 		n, err := results[0].AsInt64()
