@@ -168,7 +168,10 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 func losses(commandstats string) int64 {
 	var n int64
 	for _, c := range lossCommands {
-		stat, _ := redisinfo.Field(commandstats, "cmdstat_"+c)
+		stat, ok := redisinfo.Field(commandstats, "cmdstat_"+c)
+		if !ok {
+			continue // never called
+		}
 		calls, _, _ := strings.Cut(strings.TrimPrefix(stat, "calls="), ",")
 		k, _ := strconv.ParseInt(calls, 10, 64)
 		n += k

@@ -693,7 +693,7 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	}
 	skip := len(cmds)
 	if plain > 0 {
-		cmds = appendPlain(cmds, client, j.batch[:plain], a.cfg.EpochKey, j.epoch)
+		cmds = appendPlain(cmds, client, j.batch[:plain], a.cfg.EpochKey, j.epoch, &w.ttl)
 	}
 	plainEnd := len(cmds)
 	for c := range chunks(len(batch)) {

@@ -83,7 +83,7 @@ const debugSuffix = " debug"
 
 // appendPlain appends batch's plain block: MULTI, the reads epoch needs,
 // a SET NX PX per acquire, EXEC.
-func appendPlain(cmds rueidis.Commands, c rueidis.Client, batch []entry, epochKey, epoch string) rueidis.Commands {
+func appendPlain(cmds rueidis.Commands, c rueidis.Client, batch []entry, epochKey, epoch string, ttl *millis) rueidis.Commands {
 	cmds = append(cmds, c.B().Multi().Build())
 	switch plainChecks(epoch) {
 	case 3:
@@ -94,7 +94,8 @@ func appendPlain(cmds rueidis.Commands, c rueidis.Client, batch []entry, epochKe
 	}
 	for i := range batch {
 		e := &batch[i]
-		cmds = append(cmds, c.B().Set().Key(e.req.Key).Value(e.req.Value).Nx().PxMilliseconds(e.ttl.Milliseconds()).Build())
+		// Arbitrary, to take the TTL as ttl formats it: most often once.
+		cmds = append(cmds, c.B().Arbitrary("SET").Keys(e.req.Key).Args(e.req.Value, "NX", "PX", ttl.format(e.ttl)).Build())
 	}
 	return append(cmds, c.B().Exec().Build())
 }

@@ -114,7 +114,8 @@ func scriptHolds(ctx context.Context, t *testing.T, c rueidis.Client, epoch stri
 // plainHolds runs a plain block's reads (no SET) and judges them.
 func plainHolds(ctx context.Context, t *testing.T, c rueidis.Client, epoch string) bool {
 	t.Helper()
-	cmds := appendPlain(nil, c, nil, epochKey, epoch)
+	var ttl millis
+	cmds := appendPlain(nil, c, nil, epochKey, epoch, &ttl)
 	res := c.DoMulti(ctx, cmds...)
 	arr, err := res[len(res)-1].ToArray()
 	if err != nil || len(arr) != plainChecks(epoch) {
