@@ -38,7 +38,11 @@ import (
 // An acquire goes plain only when no command before it in its batch has
 // its key (entry.keyBit): commands on one key still take effect in the order
 // they came. The plain block goes first, then the script call. A node
-// that refuses MULTI (an ACL) sends every acquire through the script.
+// that refuses MULTI (an ACL without @transaction) runs the block's SETs
+// outside a transaction: none counts, each goes again through the script,
+// and so does every acquire after (TestPlainFallsBackWithoutTransactions).
+// (An ACL that allows MULTI but not EXEC would leave the connection in a
+// transaction; Redis's categories grant or deny them together.)
 
 // plain reports whether e may go as a plain SET.
 func (e *entry) plain() bool {

@@ -3,9 +3,12 @@ package node
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/redis/rueidis"
 
+	"github.com/redlease/redlease/actors"
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
@@ -128,4 +131,60 @@ func plainHolds(ctx context.Context, t *testing.T, c rueidis.Client, epoch strin
 		stats, _ = arr[2].ToString()
 	}
 	return epochHolds(epoch, marker, merr == nil, repl, stats)
+}
+
+// A node whose ACL denies transactions (MULTI, EXEC) answers the plain
+// block's MULTI with NOPERM, and runs its SETs outside a transaction: none
+// counts. The acquires go again through the script, which grants the
+// owner its own key (or names the holder), and every acquire after them
+// goes through the script.
+func TestPlainFallsBackWithoutTransactions(t *testing.T) {
+	ctx := t.Context()
+	c := redisproc.Start(t, 1)
+	srv := c.Nodes[0]
+	if _, err := srv.Do(ctx, "ACL", "SETUSER", "limited", "on", ">pw", "~*", "&*", "+@all", "-@transaction"); err != nil {
+		t.Fatal(err)
+	}
+	conn := NewConn(rueidis.ClientOption{InitAddress: c.Addrs(), Username: "limited", Password: "pw"})
+	info, err := conn.Probe(ctx, epochKey, Info{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := conn.Mark(ctx, epochKey, info, true); !ok || err != nil {
+		t.Fatalf("mark: %v %v", ok, err)
+	}
+	info.Epoch = info.Lineage()
+	h := &harness{t: t, server: srv, system: actors.NewSystem(nil), votes: make(chan *Vote, 100)}
+	h.inbox = h.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if v, ok := ctx.Message().(*Vote); ok {
+			h.votes <- v
+		}
+	}))
+	h.node = Spawn(h.system, Config{Addr: c.Addrs()[0], EpochKey: epochKey, Conn: conn, Timeout: 5 * time.Second,
+		Quarantine: time.Minute, HealthInterval: time.Hour, First: &info})
+	t.Cleanup(func() {
+		h.node.Stop()
+		h.system.Shutdown()
+	})
+	if err := srv.Set(ctx, "held", "other", 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range []struct {
+		key  string
+		want Outcome
+	}{{"a", Granted}, {"held", Taken}, {"b", Granted}} {
+		v := h.ask(&Acquire{Request: h.req(s.key, "me", uint64(i+1)), TTL: time.Minute})
+		if v.Outcome != s.want || v.Err != nil {
+			t.Fatalf("acquire %s: %+v, want %v", s.key, v, s.want)
+		}
+		if s.want == Taken && v.Holder != Digest("other") {
+			t.Fatalf("acquire %s: holder %q, want %q", s.key, v.Holder, Digest("other"))
+		}
+	}
+	if !h.node.actor.noPlain.Load() {
+		t.Fatal("the node refused MULTI, and acquires still go plain")
+	}
+	if val, _, _ := srv.Get(ctx, "b"); val != "me" {
+		t.Fatalf("b is %q, want me", val)
+	}
 }
