@@ -228,7 +228,9 @@ func (t *telemetry) acquired(ctx context.Context, span trace.Span, try bool, sta
 		mode = modeTry
 	}
 	outcome := acquireOutcome(err)
-	t.acquireDuration.Record(ctx, time.Since(start).Seconds(), t.acquireAttrs[mode][outcome]...)
+	if !start.IsZero() { // zero: acquireDuration is not enabled
+		t.acquireDuration.Record(ctx, time.Since(start).Seconds(), t.acquireAttrs[mode][outcome]...)
+	}
 	if rounds > 0 {
 		t.acquireAttempts.Record(ctx, int64(rounds), t.acquireAttrs[mode][outcome]...)
 	}
