@@ -61,8 +61,9 @@
 //
 // and some holders pause past their validity before writing. A third of
 // the unfenced holders take their leases with TryAcquire, again after a
-// refusal: its round goes to the nodes as plain commands (package node,
-// plain.go), which every fault above meets too.
+// refusal: every round of theirs goes to the nodes as plain commands
+// (package node, plain.go), as an Acquire's do only until its first
+// refusal, so that every fault above meets many of them.
 //
 // The Report counts acquisitions, overlapping holdings of one resource
 // (must be 0), stale writes the store rejected thanks to fencing, tokens
