@@ -110,7 +110,14 @@ func (a *leaseActor) dropVotes() {
 }
 
 func (a *leaseActor) acquireCmd(r node.Request) node.Command {
-	return &node.Acquire{Request: r, TTL: a.cfg.TTL, FenceKey: a.cfg.FenceKey, Since: a.since}
+	return &node.Acquire{Request: r, TTL: a.cfg.TTL, FenceKey: a.cfg.FenceKey, Since: a.since, Contended: a.contended()}
+}
+
+// contended: the round expects a refusal: it is not the lease's first, or
+// the lease waited for a release before it, or its resource was contended
+// lately.
+func (a *leaseActor) contended() bool {
+	return a.attempts > 1 || a.cfg.WaitFirst || a.cfg.QueueAtOnce || a.cfg.Queued
 }
 
 func (a *leaseActor) extendCmd(r node.Request) node.Command {

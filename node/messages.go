@@ -53,6 +53,11 @@ type Acquire struct {
 	// waiters by it (and a grant takes it out), the same on every node,
 	// so that release announcements name the same next waiter everywhere.
 	Since string
+	// Contended: the caller expects a refusal (it waited, or its resource
+	// was contended lately), so the acquire goes through the script at
+	// once rather than as a plain SET first (see plain.go), whose refusal
+	// costs a round trip more.
+	Contended bool
 }
 
 // Fence writes a lease's fencing token back to the node's fence counter,

@@ -184,7 +184,8 @@ type entry struct {
 	// sent again, first, until Redis answers or its key expired.
 	silent bool
 	// scripted: an acquire that goes through the script, not plain (see
-	// plain.go): a plain SET found its key.
+	// plain.go): a plain SET found its key, or a refusal is expected
+	// (Acquire.Contended).
 	scripted bool
 	keyBit   uint16 // the key's bit in a keySet
 	urgent   bool   // a hand-off waits for it: it may go beside a batch on the wire
@@ -388,7 +389,7 @@ func (a *nodeActor) command(msg any) {
 		if m.FenceKey != "" {
 			a.enqueue(entry{op: opAcquireFenced, req: &m.Request, ttl: m.TTL, fenceKey: m.FenceKey, since: m.Since})
 		} else {
-			a.enqueue(entry{op: opAcquire, req: &m.Request, ttl: m.TTL, since: m.Since})
+			a.enqueue(entry{op: opAcquire, req: &m.Request, ttl: m.TTL, since: m.Since, scripted: m.Contended})
 		}
 	case *Fence:
 		a.enqueue(entry{op: opFence, req: &m.Request, fenceKey: m.FenceKey, token: m.Token})

@@ -12,9 +12,9 @@ import (
 	"github.com/redlease/redlease/internal/redisinfo"
 )
 
-// Plain acquires. An acquire that neither queues nor fences (a TryAcquire's
-// round, and an Acquire's until it was first refused, unless its resource
-// was contended lately: Since is set from then on) goes to the node as a plain SET NX PX in a MULTI/EXEC block that
+// Plain acquires. An acquire that neither queues nor fences, nor expects a
+// refusal (Acquire.Contended: a TryAcquire's round, and an Acquire's first
+// on a resource not contended lately) goes to the node as a plain SET NX PX in a MULTI/EXEC block that
 // also reads what the batch script's epochHolds reads: the epoch marker
 // (GET), the replication id (INFO replication) and, on a process that may
 // run DEBUG, its losses (INFO commandstats). A SET costs the node a
