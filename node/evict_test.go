@@ -58,7 +58,7 @@ func TestEvictingNodeRefusesAcquires(t *testing.T) {
 		round := uint64(1)
 		testwait.Eventually(t, 5*time.Second, "an acquire not granted by the evicting node", func() bool {
 			round++
-			v = h.ask(&Acquire{Request: h.req("other", "me", round), TTL: ttl})
+			v = h.ask(&Acquire{Request: h.req("other", "me", round), TTL: ttl, Contended: true}) // later rounds
 			return v.Outcome != Granted
 		})
 		if v.Outcome != Failed || !errors.Is(v.Err, ErrEvicting) || !h.node.Stats().Evicting {

@@ -125,10 +125,7 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 		a.wires = overlapWires
 	}
 	a.start(cfg.First)
-	for range maxWire { // a slow link may have as many batches out
-		a.senders.Add(1)
-		go a.sender()
-	}
+	a.addSenders(a.wires)
 	pid := system.Root.Spawn(actors.PropsWithMailbox(func() actor.Actor { return a }, senderDispatcher{a},
 		func(m *actors.Mailbox) { a.mailbox = m }))
 	return &Node{PID: pid, system: system, actor: a}
@@ -187,8 +184,11 @@ type entry struct {
 	// plain.go): a plain SET found its key, or a refusal is expected
 	// (Acquire.Contended).
 	scripted bool
-	keyBit   uint16 // the key's bit in a keySet
-	urgent   bool   // a hand-off waits for it: it may go beside a batch on the wire
+	// asked: a plain acquire whose SET found the key, asking the script
+	// who holds it (a check); refused whatever it answers (plain.go).
+	asked  bool
+	keyBit uint16 // the key's bit in a keySet
+	urgent bool   // a hand-off waits for it: it may go beside a batch on the wire
 }
 
 // overlapWires is how many batches may be on a node's wire at once, with
@@ -313,6 +313,7 @@ type nodeActor struct {
 	runs     chan func() // the mailbox's runs, to a sender goroutine (senderDispatcher)
 	mailbox  *actors.Mailbox
 	senders  sync.WaitGroup
+	started  int // sender goroutines started (addSenders)
 	stopOnce sync.Once
 	timer    *time.Timer // next health probe
 }
@@ -446,6 +447,7 @@ func (a *nodeActor) flush() {
 	limit, slow := a.wires, a.link.slow()
 	if slow {
 		limit = maxWire
+		a.addSenders(maxWire)
 	}
 	if a.inFlight() >= limit || a.alone || a.stopping {
 		return
@@ -559,6 +561,17 @@ func (a *nodeActor) flush() {
 	a.used[slot], a.lastSent = true, now
 	a.stats.onWire.Add(int64(len(batch)))
 	a.work <- j // never blocks: it holds as many jobs as may be on the wire
+}
+
+// addSenders starts sender goroutines until n run: one per batch that
+// may be on the wire, and no more, since a job handed to an idle sender is
+// a goroutine wake-up that the sender which made it, back from the
+// mailbox's run, would have spared.
+func (a *nodeActor) addSenders(n int) {
+	for ; a.started < n; a.started++ {
+		a.senders.Add(1)
+		go a.sender()
+	}
 }
 
 // flushIn has the actor flush again in d (deepTick), unless it will.
@@ -778,6 +791,15 @@ func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.
 			a.reply(e, Failed, now, err, out)
 		}
 	case e.silent:
+	case e.asked && n != epochMissing: // refused: who holds it, if anyone
+		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued)}
+		if n == 0 && holder != "" {
+			v.Holder, v.Meta, v.TTL = holder, meta, pttl(counter)
+			if int64(counter) >= 0 {
+				v.Until = now.Add(v.TTL)
+			}
+		}
+		a.answer(e, v, out)
 	case n == 1 && e.op == opCheck: // counter: the key's PTTL
 		a.answer(e, Vote{Outcome: Granted, RTT: now.Sub(e.queued), TTL: pttl(counter)}, out)
 	case n == 1:

@@ -99,7 +99,8 @@ func TestVotes(t *testing.T) {
 		want Outcome
 	}{
 		{"acquire free key", &Acquire{Request: h.req("k", "me", 1), TTL: ttl}, Granted},
-		{"acquire again after a lost reply", &Acquire{Request: h.req("k", "me", 2), TTL: ttl}, Granted},
+		// A later round (Contended): a first one never meets its own key.
+		{"acquire again after a lost reply", &Acquire{Request: h.req("k", "me", 2), TTL: ttl, Contended: true}, Granted},
 		{"acquire held key", &Acquire{Request: h.req("k", "other", 3), TTL: ttl}, Taken},
 		{"extend own key", &Extend{h.req("k", "me", 4), ttl}, Granted},
 		{"extend foreign key", &Extend{h.req("k", "other", 5), ttl}, Taken},
@@ -275,7 +276,8 @@ func TestPausedNodeTimesOut(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for round := uint64(2); ; round++ {
-		v := h.ask(&Acquire{Request: h.req("p", "me", round), TTL: time.Minute})
+		// Later rounds (Contended): the first one's SET may have landed.
+		v := h.ask(&Acquire{Request: h.req("p", "me", round), TTL: time.Minute, Contended: true})
 		if v.Outcome == Granted {
 			break
 		}
@@ -626,7 +628,8 @@ func TestSecondBatchLeavesKeysOnTheWire(t *testing.T) {
 // cannot tell which of two commands went out.
 func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 	queue := func(urgent bool, keys ...string) *nodeActor {
-		a := &nodeActor{cfg: Config{Timeout: time.Minute, Quarantine: -1}, work: make(chan job, maxWire), wires: overlapWires}
+		a := &nodeActor{cfg: Config{Timeout: time.Minute, Quarantine: -1}, work: make(chan job, maxWire), wires: overlapWires,
+			started: maxWire} // no sender goroutines: the test reads the jobs
 		a.used[0] = true
 		a.onWire[0].add(keyBit("a"))
 		for i, key := range keys {

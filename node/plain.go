@@ -31,10 +31,13 @@ import (
 // whatever the SET did; a key it set there is this lease's own, which
 // blocks others and can only make the lease more robust, and is deleted
 // at once, silently, so as not to outlive a round that failed. A SET that
-// found the key (another owner's, or this owner's after a lost reply) is
-// asked again through the script's acquire, which answers who holds it
-// and for how long, or grants the owner its own key again: a refusal
-// costs one round trip more, an uncontended acquire none.
+// found the key is followed by the script's check (read-only), which
+// answers who holds it and for how long: a refusal costs one round trip
+// more, an uncontended acquire none. The refusal stands even when the key
+// went meanwhile (an acquire that took it then would outlive the round
+// that counted it out), and the owner's own key (a retry after a lost
+// reply, which a first round never is) is refused too: the SET did not
+// renew its TTL.
 //
 // An acquire goes plain only when no command before it in its batch has
 // its key (entry.keyBit): commands on one key still take effect in the order
@@ -47,7 +50,7 @@ import (
 
 // plain reports whether e may go as a plain SET.
 func (e *entry) plain() bool {
-	return e.op == opAcquire && e.since == "" && !e.scripted && !e.silent
+	return e.op == opAcquire && e.since == "" && !e.scripted && !e.asked && !e.silent
 }
 
 // plainFirst moves the commands of batch that go plain to its front,
@@ -190,7 +193,9 @@ func (a *nodeActor) answerPlain(batch []entry, results []rueidis.RedisResult, ep
 		case set:
 			a.replyCounter(e, now, 0, out)
 		default: // the key was there: the script tells whose
-			a.scriptAgain(batch[i:i+1], done)
+			c := *e
+			c.asked = true
+			done.retry = append(done.retry, c)
 		}
 	}
 }

@@ -188,3 +188,27 @@ func TestPlainFallsBackWithoutTransactions(t *testing.T) {
 		t.Fatalf("b is %q, want me", val)
 	}
 }
+
+// A plain acquire whose SET finds another owner's key asks the script who
+// holds it, and for how long, and is refused; one that finds its owner's
+// own key is refused too (its TTL was not renewed).
+func TestPlainRefusalNamesTheHolder(t *testing.T) {
+	h := newHarness(t, 5*time.Second)
+	ctx := t.Context()
+	if err := h.server.Set(ctx, "k", "other|meta", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	v := h.ask(&Acquire{Request: h.req("k", "me", 1), TTL: time.Minute})
+	if v.Outcome != Taken || v.Holder != Digest("other|meta") || v.Meta != "meta" || v.TTL <= 0 || v.Until.IsZero() {
+		t.Fatalf("refused plain acquire: %+v, want Taken naming the holder and its TTL", v)
+	}
+	if err := h.server.Set(ctx, "own", "me", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.ask(&Acquire{Request: h.req("own", "me", 2), TTL: time.Hour}); v.Outcome != Taken {
+		t.Fatalf("plain acquire of its own key: %+v, want Taken", v)
+	}
+	if d, err := h.server.PTTL(ctx, "own"); err != nil || d > time.Minute {
+		t.Fatalf("own key's TTL %v (%v): renewed by a refused acquire", d, err)
+	}
+}

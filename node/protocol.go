@@ -183,6 +183,9 @@ const GrantedSuffix = " g"
 func (e *entry) code() code {
 	switch e.op {
 	case opAcquire:
+		if e.asked {
+			return codeCheck // see plain.go
+		}
 		if e.since != "" {
 			return codeAcquireQueueing
 		}
