@@ -192,32 +192,30 @@ type entry struct {
 }
 
 // overlapWires is how many batches may be on a node's wire at once, with
-// Config.Overlap; else one, on a fast link. With one, a command that came while a batch
-// was out waits for it to return: on one node, most of a contended
-// hand-off's time was its release and the next acquire each waiting so.
-// A second batch goes, with the commands whose keys the first does not
-// carry (rueidis pipelines both on the one connection), when a command a
-// hand-off waits for (entry.urgent) is queued, or overlapAt commands are.
-// The first costs a write (a system call) per such command instead of one
-// per batch: on one node that is two per hand-off, and the hand-off takes
-// a quarter less time. The second keeps the node busy while the client
-// reads the batch on the wire's answers. On five nodes, on a machine whose
-// cores the client and the nodes share, both cost more than they saved.
+// Config.Overlap; else one, on a fast link. With one, a command that came
+// while a batch was out waits for it to return: on one node, most of a
+// contended hand-off's time was its release and the next acquire each
+// waiting so. A second batch goes, with the commands whose keys the first
+// does not carry (rueidis pipelines both on the one connection), when a
+// command a hand-off waits for (entry.urgent) is queued, or overlapAt
+// commands are. The first costs a write (a system call) per such command
+// instead of one per batch: on one node that is two per hand-off, and the
+// hand-off takes a quarter less time. The second keeps the node busy while
+// the client reads the batch on the wire's answers. On five nodes, on a
+// machine whose cores the client and the nodes share, both cost more than
+// they saved.
 const overlapWires = 2
 
-// maxWire is how many batches may be on the wire of a node behind a slow
-// link (slowLink): there a batch goes, beside those on the wire, with the
-// commands whose keys they do not carry, deepEvery after the last one
-// went (a timer sees to it), however few commands queued. A command then
-// waits about deepEvery for a batch rather than a round trip of the
-// link, while the answers of a batch, which come back together and make
-// the next commands together, still go out together.
-
-// slowLink: a node whose recent batches all took at least this long to
-// come back (link.floor) is behind a slow link, a network hop rather than
-// the loopback or a rack's switch, where the batches' own work, not the
-// link, makes their round trip; deepEvery is how often a batch may go
-// out there.
+// Behind a slow link. A node whose recent batches all took at least
+// slowLink to come back (link.floor) is behind a network hop, not the
+// loopback or a rack's switch, where the batches' own work makes their
+// round trip. There up to maxWire batches may be on the wire: a batch
+// goes, beside those out, with the commands whose keys they do not
+// carry, deepEvery after the last one went (a timer sees to it), however
+// few commands queued. A command then waits about deepEvery for a batch
+// rather than a round trip of the link, while the answers of a batch,
+// which come back together and make the next commands together, still go
+// out together.
 const (
 	maxWire   = 8
 	slowLink  = 500 * time.Microsecond
