@@ -89,6 +89,8 @@ func TestScheduleHealAfterAFlush(t *testing.T) {
 	if err := l.Err(); err != nil {
 		t.Fatalf("A ended: %v", err)
 	}
+	// The node's answer counts the heal a moment after the key is there.
+	testwait.Eventually(t, 2*time.Second, "the heal counted", func() bool { return e.Stats().Nodes[2].Healed > 0 })
 	if got := e.Stats().Nodes[2].Healed; got != 1 {
 		t.Errorf("Stats().Nodes[2].Healed = %d, want 1", got)
 	}
