@@ -298,7 +298,7 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
 	a.health.checked, a.health.lineage, a.health.epoch = info, info.Lineage(), info.Lineage()
 	if info.Debug {
-		a.health.epoch += " debug"
+		a.health.epoch += debugSuffix
 	}
 	a.evictions(at, prev, info)
 	if !a.quarantineOn() {

@@ -789,15 +789,8 @@ func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.
 			a.reply(e, Failed, now, err, out)
 		}
 	case e.silent:
-	case e.asked && n != epochMissing: // refused: who holds it, if anyone
-		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued)}
-		if n == 0 && holder != "" {
-			v.Holder, v.Meta, v.TTL = holder, meta, pttl(counter)
-			if int64(counter) >= 0 {
-				v.Until = now.Add(v.TTL)
-			}
-		}
-		a.answer(e, v, out)
+	case n == 1 && e.asked: // its own key, which the plain SET did not renew: refused
+		a.reply(e, Taken, now, nil, out)
 	case n == 1 && e.op == opCheck: // counter: the key's PTTL
 		a.answer(e, Vote{Outcome: Granted, RTT: now.Sub(e.queued), TTL: pttl(counter)}, out)
 	case n == 1:

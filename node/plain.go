@@ -149,7 +149,10 @@ func (a *nodeActor) answerPlain(batch []entry, results []rueidis.RedisResult, ep
 		}
 		if re, _ := rueidis.IsRedisErr(err); re != nil && strings.HasPrefix(re.Error(), "NOPERM") {
 			a.noPlain.Store(true) // an ACL without MULTI: the script it is
-			a.scriptAgain(batch, done)
+			for _, e := range batch {
+				e.scripted = true
+				done.retry = append(done.retry, e)
+			}
 			return
 		}
 		for i := range batch {
@@ -197,13 +200,5 @@ func (a *nodeActor) answerPlain(batch []entry, results []rueidis.RedisResult, ep
 			c.asked = true
 			done.retry = append(done.retry, c)
 		}
-	}
-}
-
-// scriptAgain sends batch's acquires again, first, through the script.
-func (a *nodeActor) scriptAgain(batch []entry, done *sent) {
-	for _, e := range batch {
-		e.scripted = true
-		done.retry = append(done.retry, e)
 	}
 }
