@@ -394,3 +394,48 @@ func TestScheduleClockStepAfterRestart(t *testing.T) {
 		h.lastTry("contender", func() (*engine.Lease, error) { return contender().Acquire(actx, resource) })
 	})
 }
+
+// 9. "A released lease taken up again from a rolled-back dataset." L
+// holds R on every node; nodes 1 and 2 are snapshotted (SAVE: L's key);
+// L is released and M takes R on every node; DEBUG RELOAD NOSAVE rolls
+// nodes 1 and 2 back to the snapshot: L's key is there again, M's gone.
+// A contender that still has L's value (a process that was to finish
+// L's work) takes it up with Resume: its check must not count nodes 1
+// and 2, whose datasets lost writes, or it would hold beside M. Running
+// through it, the contender has not probed the nodes since (its probes
+// are an hour apart): the check's own epoch test is all that stands.
+func TestScheduleResumeAfterReload(t *testing.T) {
+	withContenders(t, func(t *testing.T, c *redisproc.Cluster, running bool) {
+		ctx := t.Context()
+		const resource = "resumed"
+		cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
+		e := newEngine(t, cfg)
+		contender := contenderFor(t, cfg, running)
+		h := newHolders(t, c, resource)
+		l, err := e.TryAcquire(ctx, resource)
+		if err != nil {
+			t.Fatalf("setup: L: %v", err)
+		}
+		for i := range 2 {
+			if err := c.Nodes[i].Save(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		value := l.Value()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("setup: L's release: %v", err)
+		}
+		m, err := e.TryAcquire(ctx, resource)
+		if err != nil {
+			t.Fatalf("setup: M: %v", err)
+		}
+		h.held("M", m)
+		for i := range 2 {
+			if _, err := c.Nodes[i].Do(ctx, "DEBUG", "RELOAD", "NOSAVE"); err != nil {
+				t.Fatal(err)
+			}
+			h.mustOwn(i, value)
+		}
+		h.lastTry("contender", func() (*engine.Lease, error) { return contender().Resume(ctx, resource, value) })
+	})
+}

@@ -63,7 +63,10 @@
 // the unfenced holders take their leases with TryAcquire, again after a
 // refusal: every round of theirs goes to the nodes as plain commands
 // (package node, plain.go), as an Acquire's do only until its first
-// refusal, so that every fault above meets many of them.
+// refusal, so that every fault above meets many of them. And one turn in
+// fifteen, a worker takes up with Resume a lease released a moment ago,
+// which must be refused: a node that answers from a dataset that lost the
+// release (a reload, a snapshot) must not count.
 //
 // The Report counts acquisitions, overlapping holdings of one resource
 // (must be 0), stale writes the store rejected thanks to fencing, tokens

@@ -517,11 +517,13 @@ type run struct {
 	healers   []*engine.Engine // FaultHeal's (heal_faults.go)
 	timeline  []Injected
 
-	mu      sync.Mutex
-	engines []*engine.Engine // every engine not yet closed
-	faults  map[string]int
-	latUp   []time.Duration
-	latDown []time.Duration
+	mu        sync.Mutex
+	engines   []*engine.Engine // every engine not yet closed
+	released  [64]staleLease   // the last unfenced leases released (resumeStale), a ring
+	nreleased int
+	faults    map[string]int
+	latUp     []time.Duration
+	latDown   []time.Duration
 }
 
 // idleEngine is an engine that acquires nothing until its fault comes.
@@ -592,6 +594,10 @@ func (r *run) addIdle() error {
 // worker takes leases on random resources until ctx ends.
 func (r *run) worker(ctx context.Context, e *engine.Engine, name string, rng *rand.Rand) {
 	for ctx.Err() == nil {
+		if rng.IntN(15) == 0 {
+			r.resumeStale(ctx, e, name, rng)
+			continue
+		}
 		if err := r.hold(ctx, e, name, rng); err != nil && ctx.Err() == nil {
 			r.failures.Add(1)
 		}
@@ -678,10 +684,50 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 			r.write(h, l)
 		}
 		r.rec.Ended(h, time.Now(), l.Until())
-		_ = l.Release(context.Background())
+		if err := l.Release(context.Background()); err == nil && !fenced {
+			r.remember(resource, l.Value())
+		}
 	}
 	r.checkDone(h, l, closed)
 	return nil
+}
+
+// staleLease is a lease that was released: its resource and value.
+type staleLease struct{ resource, value string }
+
+// remember keeps a lease released a moment ago, for resumeStale.
+func (r *run) remember(resource, value string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.released[r.nreleased%len(r.released)] = staleLease{resource, value}
+	r.nreleased++
+}
+
+// resumeStale takes up, with Resume, a lease released a moment ago. Its
+// keys are gone from a quorum, so Resume must refuse it, unless nodes
+// answer from a dataset that lost the release (a reload, a snapshot, a
+// stale replica) and its check counts them. One that succeeds is recorded
+// as a holding of its own: its overlap with whoever holds the resource
+// now is the bug.
+func (r *run) resumeStale(ctx context.Context, e *engine.Engine, name string, rng *rand.Rand) {
+	r.mu.Lock()
+	n := min(r.nreleased, len(r.released))
+	var s staleLease
+	if n > 0 {
+		s = r.released[rng.IntN(n)]
+	}
+	r.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	l, err := e.Resume(ctx, s.resource, s.value)
+	if err != nil {
+		return
+	}
+	h := r.rec.Held(s.resource, name+"/resumed", s.value, time.Now(), l.Until(), l.Token())
+	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+	r.rec.Ended(h, time.Now(), l.Until())
+	_ = l.Release(context.Background())
 }
 
 // tryAcquire takes the lease with TryAcquire, again after a refusal, for
