@@ -616,7 +616,8 @@ var workerRetry = engine.WithRetry(func() backoff.BackOff {
 // resources; the odd ones' leases are not fenced, so that releases grant
 // them, and do not write) and releases.
 // One in twenty is a long holder: auto-extended for up to 3 TTLs, it works
-// for 1 to 2 and may be lost meanwhile. Half of the others take a lease
+// for 1 to 2 and may be lost meanwhile; half of them change their TTL at
+// once (Extend with ExtendTTL: half or twice the run's). Half of the others take a lease
 // of half the TTL, so that leases of two TTLs share the nodes' batches,
 // and one in ten holds for its whole validity: a key that expires before
 // its lease's Until (a node that sent one lease's TTL for another's, say)
@@ -671,6 +672,16 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 		}
 		r.checkDone(h, l, closed)
 		return nil
+	}
+	if long && rng.IntN(2) == 0 {
+		// Its auto-extension goes on with another TTL from now: half or
+		// twice the run's (within the 3-TTL hold), as a holder whose work
+		// turns out shorter or longer asks.
+		ttl := r.cfg.TTL / 2
+		if rng.IntN(2) == 0 {
+			ttl = 2 * r.cfg.TTL
+		}
+		_ = l.Extend(ctx, engine.ExtendTTL(ttl))
 	}
 	select {
 	case <-time.After(work):
