@@ -191,3 +191,38 @@ func TestResumedLease(t *testing.T) {
 		t.Fatalf("release: %+v", res)
 	}
 }
+
+// A resumed lease whose keys have longer left than its own TTL: its first
+// extension round sets the keys it reaches to the TTL, so a round that
+// fails brings Until forward to where a won one would put it, not past
+// what the shortened keys live.
+func TestResumedLeaseFailedRoundShortensUntil(t *testing.T) {
+	clock := newFakeClock()
+	f := newFakeNodes(t, 3)
+	f.clock = clock
+	reply := make(chan Result, 1)
+	begun := clock.Now()
+	until := begun.Add(60 * time.Second) // keys acquired with a 60s TTL
+	ttl := 3 * time.Second               // resumed with 3s
+	ref, st := start(NewPool(f.system, nil, 0, f.shared()), Config{Resource: "r", Key: "k", Value: "v", Reply: reply,
+		TTL: ttl, NodeTimeout: time.Second, Attempts: 1, MaxHold: time.Hour,
+		Resumed: &Resumed{Start: begun, Until: until}})
+	if res := result(t, reply); res.Err != nil {
+		t.Fatalf("resume: %+v", res)
+	}
+	ext := make(chan ExtendResult, 1)
+	ref.Post(&Extend{State: st, Reply: ext})
+	r, to := round[*node.Extend](t, f)
+	started := clock.Now()
+	f.vote(to, 0, r, node.Granted)
+	f.vote(to, 1, r, node.Failed)
+	f.vote(to, 2, r, node.Failed)
+	var ee *ExtendError
+	if err := extended(t, ext); !errors.As(err, &ee) {
+		t.Fatalf("extension with one node: %v, want an *ExtendError", err)
+	}
+	if want := started.Add(ttl - Drift(ttl, 0.01)); st.Until().After(want) || st.Err() != nil {
+		t.Fatalf("after a failed round: Until %v after its start, Err %v; want at most %v, held",
+			st.Until().Sub(started), st.Err(), want.Sub(started))
+	}
+}

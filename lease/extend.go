@@ -89,8 +89,17 @@ func (a *leaseActor) extending(msg any) {
 	}
 }
 
+// startExtend starts an extension round. The round sets the keys it
+// reaches to the TTL from its start, whatever its outcome, so the lease's
+// deadline comes forward at once to where the round, won, would put it,
+// when that is sooner: keys that had longer (a resumed lease's, whose
+// TTL was not the lease's; before a shorter ExtendTTL) must not leave a
+// failed round's lease valid past what the keys it shortened live.
 func (a *leaseActor) startExtend() {
 	a.start = a.now()
+	if a.state.retime(a.start.Add(a.cfg.TTL-Drift(a.cfg.TTL, a.cfg.DriftFactor)), EndMargin(a.cfg.TTL)) {
+		a.armDeadline()
+	}
 	a.startVote(extending, a.extendCmd, nil, a.start)
 }
 

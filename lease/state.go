@@ -187,16 +187,18 @@ func (s *State) extendTo(t time.Time, atDeadline error) bool {
 
 // retime sets the end margin of a lease whose TTL changed, and brings its
 // deadline forward to t if t is earlier, unless the lease already ended.
-func (s *State) retime(t time.Time, margin time.Duration) {
+func (s *State) retime(t time.Time, margin time.Duration) (changed bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ended.Load() {
-		return
+		return false
 	}
-	s.margin.Store(int64(margin))
+	changed = s.margin.Swap(int64(margin)) != int64(margin)
 	if u := int64(t.Sub(s.start)); u < s.until.Load() {
 		s.until.Store(u)
+		changed = true
 	}
+	return changed
 }
 
 // setAtDeadline changes what the lease ends with at its deadline.

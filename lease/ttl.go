@@ -8,9 +8,8 @@ import "fmt"
 // The TTL changes when the round starts, not when it is won: the round
 // may set it on any node it reaches, whatever its outcome. A shorter TTL
 // may so shorten the keys, from the round's start, before the deadline
-// the lease had: the deadline comes forward at once to where the round,
-// won, would put it (a failed round cannot leave the lease valid for
-// longer than its keys live). The end margin follows the TTL at once.
+// the lease had: startExtend brings the deadline forward then, as for
+// every round, and the end margin follows the TTL.
 func (a *leaseActor) newTTL(m *Extend) bool {
 	d := m.TTL
 	if d == 0 || d == a.cfg.TTL {
@@ -23,9 +22,7 @@ func (a *leaseActor) newTTL(m *Extend) bool {
 		m.Reply <- ExtendResult{Err: fmt.Errorf("%w (%v asked, %v of the hold left)", ErrBeyondMaxHold, d, room)}
 		return false
 	}
-	a.cfg.TTL, a.cfg.MaxHold = d, maxHold
-	a.state.retime(now.Add(d-Drift(d, a.cfg.DriftFactor)), EndMargin(d))
-	a.armDeadline()
+	a.cfg.TTL, a.cfg.MaxHold = d, maxHold // startExtend moves the deadline
 	return true
 }
 

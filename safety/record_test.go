@@ -172,6 +172,7 @@ func TestReportOK(t *testing.T) {
 		{Report{Overlaps: []Overlap{o}}, false},
 		{Report{TokenRegressions: 1}, false},
 		{Report{EndedWithoutDone: 1}, false},
+		{Report{StaleResumes: 1}, false},
 		{Report{ClockOverlaps: []Overlap{o}, ClockStale: StaleWrites{Failed: 1}}, false},
 		{Report{OverlapStale: StaleWrites{Failed: 1}}, false},
 	} {

@@ -151,6 +151,7 @@ type Report struct {
 	Lost             int            // leases that ended with ErrLeaseLost
 	EndedWithoutDone int            // leases whose Done was still open after their deadline; must be 0
 	Blocked          int            // resources a dead process left held on a quorum past a TTL (FaultKilledAfterRelease); must be 0
+	StaleResumes     int            // leases released (a quorum deleted their keys) that Resume took up again; must be 0
 	Faults           map[string]int // injected, by kind
 	AcquireP99       time.Duration  // all nodes up
 	AcquireP99Down   time.Duration  // one node dead or paused
@@ -261,7 +262,7 @@ func lockKeys(ctx context.Context, n *redisproc.Node) (map[string]string, error)
 // jump explains do not count; a write that fencing let through after a
 // newer holder's does, wherever it happened.
 func (r Report) OK() bool {
-	return len(r.Overlaps) == 0 && r.TokenRegressions == 0 && r.EndedWithoutDone == 0 && r.Blocked == 0 &&
+	return len(r.Overlaps) == 0 && r.TokenRegressions == 0 && r.EndedWithoutDone == 0 && r.Blocked == 0 && r.StaleResumes == 0 &&
 		r.OverlapStale.Failed == 0 && r.ClockStale.Failed == 0
 }
 
@@ -272,7 +273,7 @@ func (r Report) String() string {
 		r.Duration.Round(time.Second), r.Acquisitions, r.AcquireFailures, len(r.Overlaps), r.TokenRegressions,
 		r.Writes, r.StaleRejected, r.LatePauses, r.Lost, r.EndedWithoutDone,
 		r.AcquireP99.Round(time.Microsecond), r.AcquireP99Down.Round(time.Microsecond), r.Faults)
-	fmt.Fprintf(&b, "; %d keys blocked by a dead process; seed %d", r.Blocked, r.Seed)
+	fmt.Fprintf(&b, "; %d keys blocked by a dead process; %d released leases resumed; seed %d", r.Blocked, r.StaleResumes, r.Seed)
 	r.writeOverlaps(&b, r.Overlaps, true)
 	if len(r.Overlaps) > 0 {
 		fmt.Fprintf(&b, "\n  stale holders' writes in these overlaps: %v", r.OverlapStale)
@@ -390,7 +391,8 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep := Report{Duration: time.Since(start), Seed: cfg.Seed, Faults: r.faults, Lost: int(r.lost.Load()),
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
 		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), Blocked: int(r.blocked.Load()),
-		ClockJumps: r.jumps, Lapses: r.lapses,
+		StaleResumes: int(r.staleResumes.Load()),
+		ClockJumps:   r.jumps, Lapses: r.lapses,
 		Timeline: r.timeline, log: r.log}
 	overlaps, regressions := r.rec.Check()
 	rep.Overlaps, rep.ClockOverlaps = split(overlaps, r.jumps)
@@ -498,12 +500,13 @@ type run struct {
 	idles   int            // idle engines made, to name them
 	wg      sync.WaitGroup // workers, injector, progress, retiring engines
 
-	nodesDown atomic.Int32 // nodes dead or paused right now
-	failures  atomic.Int64
-	lost      atomic.Int64
-	pauses    atomic.Int64
-	noDone    atomic.Int64
-	blocked   atomic.Int64
+	nodesDown    atomic.Int32 // nodes dead or paused right now
+	failures     atomic.Int64
+	lost         atomic.Int64
+	pauses       atomic.Int64
+	noDone       atomic.Int64
+	blocked      atomic.Int64
+	staleResumes atomic.Int64
 
 	// The injector's own: Run sets them up before the injector starts
 	// and reads them after it ended; meanwhile only the injector does.
@@ -715,11 +718,11 @@ func (r *run) remember(resource, value string) {
 }
 
 // resumeStale takes up, with Resume, a lease released a moment ago. Its
-// keys are gone from a quorum, so Resume must refuse it, unless nodes
-// answer from a dataset that lost the release (a reload, a snapshot, a
-// stale replica) and its check counts them. One that succeeds is recorded
-// as a holding of its own: its overlap with whoever holds the resource
-// now is the bug.
+// keys are gone from a quorum (Release returned nil), so Resume must
+// refuse it, unless nodes answer from a dataset that lost the release (a
+// reload, a snapshot, a stale replica) and its check counts them: one
+// that succeeds is the bug (Report.StaleResumes), recorded as a holding
+// too, for the overlap it may make.
 func (r *run) resumeStale(ctx context.Context, e *engine.Engine, name string, rng *rand.Rand) {
 	r.mu.Lock()
 	n := min(r.nreleased, len(r.released))
@@ -735,6 +738,8 @@ func (r *run) resumeStale(ctx context.Context, e *engine.Engine, name string, rn
 	if err != nil {
 		return
 	}
+	r.staleResumes.Add(1)
+	r.log.add(logLine{At: time.Now(), Engine: name, Resource: s.resource, Text: "Resume took up a released lease: " + s.value})
 	h := r.rec.Held(s.resource, name+"/resumed", s.value, time.Now(), l.Until(), l.Token())
 	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 	r.rec.Ended(h, time.Now(), l.Until())
