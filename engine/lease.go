@@ -181,9 +181,10 @@ func (l *Lease) Extend(ctx context.Context, opts ...ExtendOption) error {
 		return err
 	}
 	_, span := l.e.tel.start(ctx, "redlease.Extend")
-	reply := make(chan lease.ExtendResult, 1)
+	reply := extendReplies.get()
 	r, err := ask(ctx, l, &lease.Extend{State: l.state, TTL: ttl, Reply: reply}, reply)
 	if err == nil {
+		extendReplies.put(reply)
 		err = r.Err
 	}
 	l.e.tel.call(span, l, err)

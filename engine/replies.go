@@ -8,7 +8,7 @@ import (
 
 // replies keeps the buffered reply channels of the calls a lease actor
 // answers: one per Acquire and one per Release would be four allocations
-// of an acquire+release cycle's fifteen. A channel goes back only after
+// of an acquire+release cycle's fifteen (Extend's too). A channel goes back only after
 // its one answer was received (the actor answers every call exactly
 // once), never when its caller gave up first: the late answer still
 // lands in it.
@@ -27,4 +27,5 @@ func (r *replies[T]) put(c chan T) { r.pool.Put(c) }
 var (
 	acquireReplies replies[lease.Result]
 	releaseReplies replies[lease.ReleaseResult]
+	extendReplies  replies[lease.ExtendResult]
 )

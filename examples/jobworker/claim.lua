@@ -2,12 +2,10 @@
 -- Raises the job's fence to the token and returns how many results the
 -- job has (0: not done yet); returns -1, raising nothing, when the fence
 -- is above the token already: a later holder claimed the job.
-local function below(a, b) -- a < b, for unsigned decimals without leading zeros
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
+-- Tokens are below 2^53 (the node's clock in microseconds, then +1 each):
+-- exact as Lua numbers, as redlease's own script compares them.
 local fence = redis.call('HGET', KEYS[1], 'fence') or '0'
-if below(ARGV[1], fence) then
+if tonumber(ARGV[1]) < tonumber(fence) then
   redis.call('HINCRBY', KEYS[1], 'rejected', 1)
   return -1
 end

@@ -4,12 +4,10 @@
 -- Stores the result and returns 1, unless the job's fence is above the
 -- token: then it counts the refusal and returns 0. A write only ever
 -- raises the fence.
-local function below(a, b) -- a < b, for unsigned decimals without leading zeros
-  if #a ~= #b then return #a < #b end
-  return a < b
-end
+-- Tokens are below 2^53 (the node's clock in microseconds, then +1 each):
+-- exact as Lua numbers, as redlease's own script compares them.
 local fence = redis.call('HGET', KEYS[1], 'fence') or '0'
-if below(ARGV[1], fence) then
+if tonumber(ARGV[1]) < tonumber(fence) then
   redis.call('HINCRBY', KEYS[1], 'rejected', 1)
   return 0
 end
