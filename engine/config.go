@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -83,9 +81,14 @@ const (
 // Config configures an Engine. The zero value of every field but Nodes
 // means its default.
 type Config struct {
-	// Nodes holds one host:port per independent Redis master (no replicas,
+	// Nodes holds one entry per independent Redis node (no replication,
 	// no cluster between them); required, no duplicates. A lease needs
-	// len(Nodes)/2+1 of them; use an odd number, typically 3 or 5.
+	// len(Nodes)/2+1 of them; use an odd number, typically 3 or 5. An
+	// entry is a master's host:port, or a Sentinel master set as
+	// sentinel://host:port[,host:port...]/name: its sentinels, then its
+	// name. A master set is one node: its master votes, and a failover
+	// to a replica is a restart (quarantine); see node.Target. Kinds mix
+	// freely, and one master set alone is a quorum of one.
 	Nodes []string
 	// TTL is the default lease TTL (WithTTL overrides it per call).
 	// Default DefaultTTL (10s). It must exceed the drift allowance.
@@ -258,16 +261,27 @@ func (c *Config) validate() error {
 	if len(c.Nodes) == 0 {
 		bad("Nodes must list at least one address, got none")
 	}
-	seen := make(map[string]int, len(c.Nodes))
+	seen := make(map[string]int, len(c.Nodes)) // an address, or a sentinel's and its master set's
 	for i, addr := range c.Nodes {
-		if err := checkAddr(addr); err != nil {
+		t, err := node.ParseTarget(addr)
+		if err != nil {
 			bad("Nodes[%d] %q: %v", i, addr, err)
 			continue
 		}
-		if j, dup := seen[addr]; dup {
-			bad("Nodes[%d] %q repeats Nodes[%d]: one server must not vote twice", i, addr, j)
+		names := []string{t.Addr}
+		if t.MasterSet != "" {
+			names = names[:0]
+			for _, s := range t.Sentinels {
+				names = append(names, s+"/"+t.MasterSet)
+			}
 		}
-		seen[addr] = i
+		for _, name := range names {
+			if j, dup := seen[name]; dup && j != i {
+				bad("Nodes[%d] %q repeats Nodes[%d]: one server must not vote twice", i, addr, j)
+				break
+			}
+			seen[name] = i
+		}
 	}
 	if !(c.DriftFactor > 0 && c.DriftFactor < 0.5) { // NaN too
 		bad("DriftFactor must be in (0, 0.5), got %v", c.DriftFactor)
@@ -311,20 +325,6 @@ func checkTTL(ttl time.Duration, driftFactor float64) error {
 	return nil
 }
 
-func checkAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return err
-	}
-	if host == "" {
-		return errors.New("missing host")
-	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return fmt.Errorf("port must be 1-65535, got %q", port)
-	}
-	return nil
-}
-
 // lockKey is resource's lock key (node.LockKey).
 func (c *Config) lockKey(resource string) string { return node.LockKey(c.KeyPrefix, resource) }
 
@@ -341,8 +341,8 @@ func (c *Config) engineChannel() string { return c.KeyPrefix + "engine:" + newVa
 // clientOption is the rueidis option for one node; node.NewConn sets what
 // keeps commands in order.
 func (c *Config) clientOption(addr string) rueidis.ClientOption {
-	o := c.Client
-	o.InitAddress = []string{addr}
+	t, _ := node.ParseTarget(addr) // validate checked it
+	o := t.Option(c.Client)
 	if o.ClientName == "" {
 		o.ClientName = "redlease" // so operators find our connections in CLIENT LIST
 	}

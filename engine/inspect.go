@@ -23,6 +23,9 @@ func Quorum(n int) int { return lease.Quorum(n) }
 type NodeReport struct {
 	// Addr is the node's address, as in Config.Nodes.
 	Addr string
+	// Server is the server probed: Addr, or the master that a master
+	// set's sentinels named ("" when none answered).
+	Server string
 	// Err says why the node could not be probed; the fields below are
 	// zero then.
 	Err error
@@ -79,7 +82,7 @@ func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
 		if info == nil {
 			continue
 		}
-		r.RunID, r.Uptime, r.Replica, r.Trusted, r.RTT = info.RunID, info.Uptime, info.Replica, info.Trusted(), info.RTT
+		r.Server, r.RunID, r.Uptime, r.Replica, r.Trusted, r.RTT = info.Addr, info.RunID, info.Uptime, info.Replica, info.Trusted(), info.RTT
 		if !cfg.UnsafeEviction {
 			r.Evicts = info.Evicts
 		}

@@ -36,7 +36,12 @@ type Conn struct {
 	open  atomic.Bool          // dials allowed: only while probing
 	dials atomic.Uint64        // connections made
 
+	// sentinels, for a Sentinel master set, name the server to connect
+	// to at each probe; nil for a standalone master.
+	sentinels *sentinels
+
 	mu      sync.Mutex
+	addr    string // the server connected to, or to connect to
 	client  rueidis.Client
 	closed  bool
 	err     error     // the last dial error
@@ -47,7 +52,9 @@ type Conn struct {
 // commands take effect in the order they were issued, NewConn makes the
 // client one connection (ForceSingleClient, PipelineMultiplex -1), keeps
 // batches on it (auto-pipelining, BlockingPipeline above maxBatch) and
-// turns client-side caching off.
+// turns client-side caching off. An opt that names a Sentinel master set
+// (Target.Option) makes a Conn that asks the sentinels at every probe which
+// server is the master, and moves there.
 func NewConn(opt rueidis.ClientOption) *Conn {
 	opt.DisableCache = true
 	opt.ForceSingleClient = true
@@ -57,6 +64,12 @@ func NewConn(opt rueidis.ClientOption) *Conn {
 		opt.BlockingPipeline = rueidis.DefaultBlockingPipeline
 	}
 	c := &Conn{}
+	if opt.Sentinel.MasterSet != "" {
+		c.sentinels = newSentinels(opt)
+		opt.Sentinel, opt.InitAddress = rueidis.SentinelOption{}, nil
+	} else if len(opt.InitAddress) > 0 {
+		c.addr = opt.InitAddress[0]
+	}
 	dial := opt.DialCtxFn
 	if dial == nil {
 		dial = defaultDial(opt.DialFn)
@@ -129,8 +142,41 @@ func (c *Conn) dialled() (rueidis.Client, error) {
 	return client, nil
 }
 
+// locate asks a master set's sentinels for its master and, when that is
+// another server, drops the client: the probe's dial reaches the new one.
+func (c *Conn) locate(ctx context.Context) error {
+	if c.sentinels == nil {
+		return nil
+	}
+	addr, err := c.sentinels.master(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if addr != c.addr {
+		if c.client != nil {
+			c.client.Close()
+			c.client = nil
+		}
+		c.addr, c.opt.InitAddress, c.retryAt = addr, []string{addr}, time.Time{}
+	}
+	return nil
+}
+
+// Addr is the server the Conn connects to: for a master set, the master
+// the sentinels named at the last probe ("" before the first).
+func (c *Conn) Addr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addr
+}
+
 // Close closes the client; the Conn answers ErrStopped after it.
 func (c *Conn) Close() {
+	if c.sentinels != nil {
+		c.sentinels.close()
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.closed = true

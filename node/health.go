@@ -74,6 +74,7 @@ type Info struct {
 	// since CONFIG RESETSTAT).
 	Evicted int64
 	ConnID  int64         // CLIENT ID of the connection the probe checked
+	Addr    string        // the server probed: a master set's master as its sentinels named it
 	RTT     time.Duration // the probe's round trip
 }
 
@@ -97,8 +98,13 @@ func (i Info) Trusted() bool { return i.Epoch != "" && i.Epoch == i.Lineage() }
 // marker, loading redlease's scripts on the way so that later batches find
 // them. When prev is an earlier connection to the same process, Probe kills
 // it on the server first: nothing it sent can run after what this
-// connection sends. New connections are made only here.
+// connection sends. New connections are made only here; for a master set,
+// to the server its sentinels name the master now (locate), which may be
+// another process than the last probe's.
 func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, error) {
+	if err := c.locate(ctx); err != nil {
+		return Info{}, err
+	}
 	c.open.Store(true)
 	defer c.open.Store(false)
 	client, err := c.dialled()
@@ -125,7 +131,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 			return Info{}, err
 		}
 	}
-	info := Info{RTT: rtt}
+	info := Info{RTT: rtt, Addr: c.Addr()}
 	info.ConnID, _ = res[0].AsInt64()
 	server, _ := res[1].ToString()
 	repl, _ := res[2].ToString()
@@ -309,6 +315,8 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 		if !info.Trusted() {
 			a.lostData(at, "first sight: no epoch marker of this dataset"+promoted(info))
 		}
+	case prev.Addr != info.Addr:
+		a.lostData(at, "its master set failed over to "+info.Addr+promoted(info))
 	case prev.RunID != info.RunID:
 		a.lostData(at, "restarted (new run_id)"+promoted(info))
 	case prev.ReplID != info.ReplID:

@@ -31,6 +31,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/node"
 )
 
 func main() {
@@ -129,7 +130,7 @@ func parseFlags(c command, args []string, errOut io.Writer, getenv func(string) 
 	o := &options{}
 	fs := flag.NewFlagSet("redlease "+c.name, flag.ContinueOnError)
 	fs.SetOutput(errOut)
-	fs.StringVar(&o.nodes, "nodes", getenv("REDLEASE_NODES"), "comma-separated host:port of every node, as in engine.Config.Nodes (default $REDLEASE_NODES)")
+	fs.StringVar(&o.nodes, "nodes", getenv("REDLEASE_NODES"), "comma-separated nodes, as in engine.Config.Nodes: host:port, or sentinel://host:port[,host:port...]/master-set (default $REDLEASE_NODES)")
 	fs.StringVar(&o.prefix, "prefix", engine.DefaultKeyPrefix, "the engines' KeyPrefix")
 	fs.DurationVar(&o.quarantine, "quarantine", engine.DefaultTTL, "the engines' RestartQuarantine (their MaxTTL unless set; by default TTL, 10s): how long a node that may have lost its data sits out from when an engine sees it")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Second, "bound on connecting to each node and on each command")
@@ -182,6 +183,24 @@ func parseFlags(c command, args []string, errOut io.Writer, getenv func(string) 
 	return o, rest, nil
 }
 
+// splitNodes splits -nodes at its commas, but for those between a master
+// set's sentinels (sentinel://a,b/name is one node).
+func splitNodes(s string) []string {
+	var nodes []string
+	open := false // in a sentinel entry before its /name
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if open {
+			nodes[len(nodes)-1] += "," + part
+		} else {
+			nodes = append(nodes, part)
+		}
+		rest, sentinel := strings.CutPrefix(nodes[len(nodes)-1], node.SentinelScheme)
+		open = sentinel && !strings.Contains(rest, "/")
+	}
+	return nodes
+}
+
 // config is the engine configuration the flags describe: the engines'
 // nodes, key prefix and quarantine, and how to reach the nodes.
 func (o *options) config() (engine.Config, error) {
@@ -197,9 +216,7 @@ func (o *options) config() (engine.Config, error) {
 			ConnWriteTimeout: o.timeout,
 		},
 	}
-	for _, addr := range strings.Split(o.nodes, ",") {
-		cfg.Nodes = append(cfg.Nodes, strings.TrimSpace(addr))
-	}
+	cfg.Nodes = splitNodes(o.nodes)
 	if o.tls || o.caFile != "" {
 		cfg.Client.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		if o.caFile != "" {

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -443,4 +444,13 @@ func writeTestCerts(t *testing.T, dir string) (caFile, certFile, keyFile string)
 		t.Fatal(err)
 	}
 	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", leafDER), write("key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+// -nodes splits at commas, but keeps a master set's sentinels together.
+func TestSplitNodes(t *testing.T) {
+	got := splitNodes("127.0.0.1:1, sentinel://127.0.0.1:2,127.0.0.1:3/m,127.0.0.1:4,sentinel://127.0.0.1:5/n")
+	want := []string{"127.0.0.1:1", "sentinel://127.0.0.1:2,127.0.0.1:3/m", "127.0.0.1:4", "sentinel://127.0.0.1:5/n"}
+	if !slices.Equal(got, want) {
+		t.Errorf("splitNodes = %q, want %q", got, want)
+	}
 }

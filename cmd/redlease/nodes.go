@@ -40,6 +40,7 @@ type nodesJSON struct {
 
 type nodeJSON struct {
 	Node                  string     `json:"node"`
+	Server                string     `json:"server,omitempty"` // a master set's master now
 	State                 string     `json:"state"`
 	Error                 string     `json:"error,omitempty"`
 	Role                  string     `json:"role,omitempty"`
@@ -64,6 +65,9 @@ func runNodes(ctx context.Context, o *options, cfg engine.Config, _ []string, s 
 	for i, r := range reports {
 		n := nodeJSON{Node: r.Addr, State: nodeState(r, now), RunID: r.RunID, MaxmemoryPolicy: r.Evicts,
 			UptimeSeconds: int64(r.Uptime / time.Second), Trusted: r.Trusted, RTTMillis: float64(r.RTT) / float64(time.Millisecond)}
+		if r.Server != r.Addr {
+			n.Server = r.Server
+		}
 		switch {
 		case r.Err != nil:
 			n.Error = r.Err.Error()
@@ -96,6 +100,9 @@ func printNodes(s ios, out nodesJSON) {
 	w := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tSTATE\tROLE\tRUN ID\tUPTIME\tTRUSTED\tQUARANTINE\tRTT")
 	for _, n := range out.Nodes {
+		if n.Server != "" {
+			n.Node += " (master " + n.Server + ")"
+		}
 		if n.Error != "" {
 			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\n", n.Node, n.State)
 			continue

@@ -118,8 +118,13 @@ func perNode(nodes []unlockNodeJSON, f func(n *unlockNodeJSON, i int)) {
 // stays open for the delete.
 func (n *unlockNodeJSON) read(ctx context.Context, o *options, cfg engine.Config, addr, key string) {
 	n.Node = addr
-	opt := cfg.Client
-	opt.InitAddress, opt.DisableCache, opt.Dialer.Timeout = []string{addr}, true, o.timeout
+	t, err := node.ParseTarget(addr)
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	opt := t.Option(cfg.Client)
+	opt.DisableCache, opt.Dialer.Timeout = true, o.timeout
 	c, err := rueidis.NewClient(opt)
 	if err != nil {
 		n.fail(err)

@@ -1,0 +1,123 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+
+	"github.com/redis/rueidis"
+)
+
+// sentinels asks a master set's sentinels which server is its master. A
+// Conn asks at every probe and moves to the server named, so that a new
+// master is met by a probe first, as any new connection is (rueidis' own
+// Sentinel client would switch in the background, under batches).
+type sentinels struct {
+	name  string
+	addrs []string
+	opt   rueidis.ClientOption // the sentinels' auth, TLS, dialer, name
+
+	mu      sync.Mutex
+	clients map[string]rueidis.Client
+	closed  bool
+}
+
+// newSentinels reads opt as Target.Option set it for a master set.
+func newSentinels(opt rueidis.ClientOption) *sentinels {
+	s := opt.Sentinel
+	o := rueidis.ClientOption{
+		Username: s.Username, Password: s.Password, ClientName: s.ClientName,
+		Dialer: s.Dialer, TLSConfig: s.TLSConfig,
+		DisableCache: true, ForceSingleClient: true, DisableRetry: true,
+		ConnWriteTimeout: opt.ConnWriteTimeout,
+	}
+	if o.Dialer.Timeout == 0 {
+		o.Dialer.Timeout = opt.Dialer.Timeout
+	}
+	return &sentinels{name: s.MasterSet, addrs: slices.Clone(opt.InitAddress), opt: o,
+		clients: make(map[string]rueidis.Client)}
+}
+
+// master asks every sentinel at once and returns the address most of those
+// that answered name (the first listed among equals): one sentinel late to
+// learn of a failover does not send the probe back to the old master.
+func (s *sentinels) master(ctx context.Context) (string, error) {
+	named := make([]string, len(s.addrs))
+	errs := make([]error, len(s.addrs))
+	var wg sync.WaitGroup
+	for i, addr := range s.addrs {
+		wg.Go(func() { named[i], errs[i] = s.ask(ctx, addr) })
+	}
+	wg.Wait()
+	best, votes := "", 0
+	for _, a := range named {
+		if n := countOf(named, a); a != "" && n > votes {
+			best, votes = a, n
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("no sentinel named the master of %q: %w", s.name, errors.Join(errs...))
+	}
+	return best, nil
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
+}
+
+// ask asks the sentinel at addr.
+func (s *sentinels) ask(ctx context.Context, addr string) (string, error) {
+	c, err := s.client(addr)
+	if err != nil {
+		return "", fmt.Errorf("sentinel %s: %w", addr, err)
+	}
+	hp, err := c.Do(ctx, c.B().SentinelGetMasterAddrByName().Master(s.name).Build()).AsStrSlice()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return "", fmt.Errorf("sentinel %s does not watch a master set named %q", addr, s.name)
+	case err != nil:
+		return "", fmt.Errorf("sentinel %s: %w", addr, err)
+	case len(hp) != 2:
+		return "", fmt.Errorf("sentinel %s: unexpected reply %q", addr, hp)
+	}
+	return net.JoinHostPort(hp[0], hp[1]), nil
+}
+
+// client returns the client for the sentinel at addr, made on first use.
+func (s *sentinels) client(addr string) (rueidis.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrStopped
+	}
+	if c := s.clients[addr]; c != nil {
+		return c, nil
+	}
+	o := s.opt
+	o.InitAddress = []string{addr}
+	c, err := rueidis.NewClient(o)
+	if err != nil {
+		return nil, err
+	}
+	s.clients[addr] = c
+	return c, nil
+}
+
+func (s *sentinels) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	for _, c := range s.clients {
+		c.Close()
+	}
+	clear(s.clients)
+}

@@ -1,0 +1,110 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// SentinelScheme opens a Target that is a Sentinel master set.
+const SentinelScheme = "sentinel://"
+
+// Target is how an engine reaches one Redlock node: a Redis master at an
+// address, or whichever server a Sentinel master set names its master.
+//
+// A master set is one node, one vote: its replicas copy the master's keys
+// and Sentinel promotes one of them when the master fails. A promoted
+// replica may lack the master's last writes, so a failover is what a
+// restart is (see the package doc): the epoch marker the replica copied
+// names its old master's lineage, not its own, and it sits out a
+// quarantine. Sentinel's own limit stays: a master cut off from the
+// sentinels but not from some clients keeps taking their writes until it
+// is demoted, while its replica serves others. Set min-replicas-to-write
+// (and min-replicas-max-lag) on the master set, as Redis documents for
+// Sentinel, so that such a master stops accepting writes within the lag.
+type Target struct {
+	// Addr is a standalone master's host:port; "" for a master set.
+	Addr string
+	// MasterSet is the Sentinel master set's name.
+	MasterSet string
+	// Sentinels are the host:port of the sentinels that watch MasterSet.
+	Sentinels []string
+}
+
+// ParseTarget reads one entry of engine.Config.Nodes:
+//
+//	host:port                                  a Redis master
+//	sentinel://host:port[,host:port...]/name   the master set name, by its sentinels
+func ParseTarget(s string) (Target, error) {
+	rest, ok := strings.CutPrefix(s, SentinelScheme)
+	if !ok {
+		if strings.Contains(s, "://") {
+			return Target{}, fmt.Errorf("unknown scheme: use host:port or %shost:port[,host:port...]/master-set", SentinelScheme)
+		}
+		return Target{Addr: s}, checkHostPort(s)
+	}
+	addrs, name, ok := strings.Cut(rest, "/")
+	if !ok || name == "" {
+		return Target{}, fmt.Errorf("a Sentinel node names its master set after its sentinels: %shost:port[,host:port...]/master-set", SentinelScheme)
+	}
+	if strings.ContainsAny(name, "/ \t\r\n") {
+		return Target{}, fmt.Errorf("master set name %q: no slashes or spaces", name)
+	}
+	t := Target{MasterSet: name}
+	seen := make(map[string]bool)
+	for _, a := range strings.Split(addrs, ",") {
+		if err := checkHostPort(a); err != nil {
+			return Target{}, fmt.Errorf("sentinel %q: %w", a, err)
+		}
+		if seen[a] {
+			return Target{}, fmt.Errorf("sentinel %q is listed twice", a)
+		}
+		seen[a] = true
+		t.Sentinels = append(t.Sentinels, a)
+	}
+	return t, nil
+}
+
+// String is t as ParseTarget reads it.
+func (t Target) String() string {
+	if t.MasterSet == "" {
+		return t.Addr
+	}
+	return SentinelScheme + strings.Join(t.Sentinels, ",") + "/" + t.MasterSet
+}
+
+// Option sets opt to reach t through rueidis' own client, which follows a
+// master set's failovers itself: for what does not vote (watchers, scans,
+// tools). A Conn made from it asks the sentinels at each probe instead.
+func (t Target) Option(opt rueidis.ClientOption) rueidis.ClientOption {
+	if t.MasterSet == "" {
+		opt.InitAddress = []string{t.Addr}
+		opt.Sentinel.MasterSet = ""
+		return opt
+	}
+	opt.InitAddress = append([]string(nil), t.Sentinels...)
+	opt.Sentinel.MasterSet = t.MasterSet
+	if opt.Sentinel.TopologyRefreshInterval == 0 { // rueidis' advice: a missed +switch-master is caught
+		opt.Sentinel.TopologyRefreshInterval = 5 * time.Second
+	}
+	return opt
+}
+
+func checkHostPort(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("missing host")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port must be 1-65535, got %q", port)
+	}
+	return nil
+}
