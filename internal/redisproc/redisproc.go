@@ -1,14 +1,19 @@
 // Package redisproc starts real redis-server processes on loopback for tests
-// and benchmarks, and breaks them on demand: kill, pause (SIGSTOP), resume
-// (SIGCONT), stall (CLIENT PAUSE), restart on the same port with an empty
-// dataset or from a snapshot, and run a node's wall clock ahead of the
-// host's.
+// and benchmarks: independent nodes (Cluster), or Sentinel master sets
+// (SentinelSet: a master, its replicas and the sentinels that watch them
+// and fail it over for real). It breaks them on demand: kill, pause
+// (SIGSTOP), resume (SIGCONT), stall (CLIENT PAUSE), restart on the same
+// port with an empty dataset or from a snapshot, run a node's wall clock
+// ahead of the host's, and fail a master set over.
 //
 // Every process listens only on 127.0.0.1, accepts DEBUG from local
-// connections (--enable-debug-command local), and writes its output to a
-// log file in its own temporary directory. Nothing is persisted on its
-// own (no save points, no AOF): a snapshot exists only once Save wrote
-// one, and only RestartFromSnapshot loads it; Restart always starts empty.
+// connections (--enable-debug-command local; sentinels have no DEBUG), and
+// writes its output to a log file in its own temporary directory. Nothing
+// is persisted on its own (no save points, no AOF): a snapshot exists only
+// once Save wrote one, and only RestartFromSnapshot loads it; Restart
+// always starts empty. The servers and sentinels of a master set also
+// keep a config file there, which they rewrite and which survives their
+// restarts (see SentinelSet).
 // Close kills every process and removes the directories; on Linux the
 // processes are also killed by the kernel if the parent process dies
 // first.
@@ -439,7 +444,8 @@ func (n *Node) signal(sig syscall.Signal, want byte) error {
 // port is briefly busy. A snapshot written by Save is deleted first, so the
 // new process never loads it. It waits until the new process answers PING.
 // A node whose clock was set ahead keeps it, as a machine would; a node
-// with a config file starts from the file as its last process rewrote it.
+// with a config file (those of a SentinelSet) starts from the file as its
+// last process rewrote it.
 func (n *Node) Restart() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
