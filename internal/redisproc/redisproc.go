@@ -4,7 +4,8 @@
 // and fail it over for real). It breaks them on demand: kill, pause
 // (SIGSTOP), resume (SIGCONT), stall (CLIENT PAUSE), restart on the same
 // port with an empty dataset or from a snapshot, run a node's wall clock
-// ahead of the host's, and fail a master set over.
+// ahead of the host's, and fail a master set over, if asked to a replica
+// that lacks the master's latest writes.
 //
 // Every process listens only on 127.0.0.1, accepts DEBUG from local
 // connections (--enable-debug-command local; sentinels have no DEBUG), and

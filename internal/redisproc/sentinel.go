@@ -350,6 +350,12 @@ func (s *SentinelSet) server(addr string) (*Node, error) {
 // those writes are lost when it resyncs from the new master, as with real
 // Sentinel.
 func (s *SentinelSet) Failover(ctx context.Context) (*Node, error) {
+	return s.failover(ctx, nil)
+}
+
+// failover is Failover; promoted, if not nil, runs once the new master
+// answers ROLE master, before the set settles.
+func (s *SentinelSet) failover(ctx context.Context, promoted func()) (*Node, error) {
 	if len(s.Servers) < 2 {
 		return nil, fmt.Errorf("redisproc: %s has no replica to fail over to", s.Name)
 	}
@@ -368,10 +374,104 @@ func (s *SentinelSet) Failover(ctx context.Context) (*Node, error) {
 			return nil, err
 		}
 	}
+	if promoted != nil {
+		promoted()
+	}
 	if err := s.waitSettled(ctx, next); err != nil {
 		return nil, fmt.Errorf("redisproc: failover of %s from %s to %s did not settle: %w", s.Name, old.Addr(), next.Addr(), err)
 	}
 	return next, nil
+}
+
+// FailoverLosingWrites fails the master over, as Failover does, to a
+// replica that lacks the writes write made on it: Redis replicates
+// asynchronously and acknowledges a write before any replica has it, so a
+// promoted replica may lack writes the master acknowledged. Here it lacks
+// them for certain.
+//
+// It first waits (WAIT) until every replica connected to the master has
+// every write so far, so the writes made before the call are kept. Then it
+// cuts replication off at the master: its default user may no longer run
+// PSYNC or SYNC (ACL SETUSER), and CLIENT KILL TYPE replica drops the
+// replicas' links, so the replicas keep their data and their place in
+// Sentinel's view but cannot sync again; nothing else changes for clients
+// or sentinels. It calls write with the master, then asks a sentinel to
+// fail over. Every write the master takes from the cut until the
+// sentinels demote it (write's, and those of any other client still
+// talking to it, also in the second or so between the switch and the
+// demotion) is lost: the promoted replica never had them, the other
+// replicas resync from it, and the old master, whose replication offset
+// is now ahead of the new master's history, gets a full resync from it
+// that replaces its dataset. When FailoverLosingWrites returns, no server
+// has them.
+//
+// Once the new master is up, the old master's user gets PSYNC and SYNC
+// back, and its config file is rewritten, in case a sentinel had rewritten
+// it with the cut permissions (it does when it demotes the server).
+//
+// The limits: write should return within a few seconds, for a sentinel
+// will not promote a replica whose link has been down for more than ten
+// times down-after-milliseconds (10s). The master must be running and its
+// connected replicas must catch up within 5s, or it fails before calling
+// write (with a paused master, when ctx ends). When write fails, it fails
+// too, without a failover, and gives the master its permissions back: the
+// replicas then resync and get the writes after all.
+func (s *SentinelSet) FailoverLosingWrites(ctx context.Context, write func(master *Node) error) (*Node, error) {
+	old, err := s.Master(ctx)
+	if err != nil {
+		return nil, err
+	}
+	count, err := old.Info(ctx, "replication", "connected_slaves")
+	if err != nil {
+		return nil, err
+	}
+	acked, err := old.Do(ctx, "WAIT", count, "5000")
+	if err != nil {
+		return nil, err
+	}
+	if fmt.Sprint(acked) != count {
+		return nil, fmt.Errorf("redisproc: %s replicas of %s acknowledged its writes, of %s", fmt.Sprint(acked), old.Addr(), count)
+	}
+	if _, err := old.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync"); err != nil {
+		return nil, err
+	}
+	var restored bool
+	var restoreErr error
+	restore := func() {
+		if restored {
+			return
+		}
+		restored = true
+		// Tried again for a while: the sentinels drop every client of
+		// the old master when they demote it, this one too.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for old.running() {
+			_, err := old.Do(rctx, "ACL", "SETUSER", "default", "+psync", "+sync")
+			if err == nil {
+				_, err = old.Do(rctx, "CONFIG", "REWRITE")
+			}
+			if err == nil {
+				return
+			}
+			if sleep(rctx, settlePoll) != nil {
+				restoreErr = fmt.Errorf("redisproc: giving %s its PSYNC and SYNC back: %w", old.Addr(), err)
+				return
+			}
+		}
+	}
+	defer restore()
+	if _, err := old.Do(ctx, "CLIENT", "KILL", "TYPE", "replica"); err != nil {
+		return nil, err
+	}
+	if err := write(old); err != nil {
+		return nil, fmt.Errorf("redisproc: write before the failover: %w", err)
+	}
+	next, err := s.failover(ctx, restore)
+	if err == nil {
+		err = restoreErr
+	}
+	return next, err
 }
 
 // askFailover sends SENTINEL FAILOVER to the first running sentinel until

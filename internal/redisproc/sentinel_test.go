@@ -2,6 +2,7 @@ package redisproc
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -230,4 +231,58 @@ func TestSentinelRestartedServerKeepsItsRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantMaster(t, ctx, s, next)
+}
+
+func TestSentinelFailoverLosingWrites(t *testing.T) {
+	t.Parallel()
+	s := startSentinel(t, 2, 3)
+	ctx := ctxTimeout(t, 20*time.Second)
+	old := s.Servers[0]
+	replicated(t, ctx, s, old, "kept")
+
+	start := time.Now()
+	next, err := s.FailoverLosingWrites(ctx, func(m *Node) error {
+		if m != old {
+			t.Errorf("write got %s, want the master %s", m.Addr(), old.Addr())
+		}
+		if err := m.Set(ctx, "lost", "v", 0); err != nil {
+			return err
+		}
+		if v, ok, err := m.Get(ctx, "lost"); err != nil || !ok || v != "v" {
+			t.Errorf("the master lacks its write: %q, %v, %v", v, ok, err)
+		}
+		// Given time to replicate, it still does not.
+		time.Sleep(100 * time.Millisecond)
+		for _, n := range s.Servers[1:] {
+			if _, ok, err := n.Get(ctx, "lost"); err != nil || ok {
+				t.Errorf("replica %s got the write: %v, %v", n.Addr(), ok, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FailoverLosingWrites from %s to %s took %v", old.Addr(), next.Addr(), time.Since(start))
+	if next == old {
+		t.Fatalf("the master stayed %s", old.Addr())
+	}
+	wantMaster(t, ctx, s, next)
+	for _, n := range s.Servers {
+		if _, ok, err := n.Get(ctx, "lost"); err != nil || ok {
+			t.Errorf("%s has the lost write: %v, %v", n.Addr(), ok, err)
+		}
+		if _, ok, err := n.Get(ctx, "kept"); err != nil || !ok {
+			t.Errorf("%s lacks the write made before: %v, %v", n.Addr(), ok, err)
+		}
+	}
+	// The old master may replicate to others again, now and after a
+	// restart.
+	if v, err := old.Do(ctx, "ACL", "LIST"); err != nil || strings.Contains(fmt.Sprint(v), "sync") {
+		t.Errorf("ACL LIST of the old master = %v, %v", v, err)
+	}
+	if conf, err := os.ReadFile(old.conf); err != nil || strings.Contains(string(conf), "sync") && strings.Contains(string(conf), "-psync") {
+		t.Errorf("config of the old master: %v\n%s", err, conf)
+	}
+	replicated(t, ctx, s, next, "after")
 }
