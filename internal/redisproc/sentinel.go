@@ -72,11 +72,13 @@ const (
 // SentinelSet is a Redis master with replicas and the sentinels that watch
 // them: a master set as services run it behind Sentinel.
 //
-// The servers run with the package's usual flags and a config file of
-// their own, which a replica's starts with replicaof: Sentinel rewrites it
-// (CONFIG REWRITE) whenever it changes a server's role, so a server that
-// restarts comes back in the role Sentinel last gave it, as in production.
-// As everywhere in this package nothing is persisted, so a restarted
+// The servers run with the package's usual flags, no delay before a full
+// sync (repl-diskless-sync-delay 0), and a config file of their own that
+// holds a replica's replicaof line. Sentinel rewrites that file (CONFIG
+// REWRITE) whenever it changes a server's role, so a server that restarts
+// comes back in the role Sentinel last gave it, as in production; a
+// --replicaof argument would override the file on every start and bring
+// it back as a replica of the set's first master. As everywhere in this package nothing is persisted, so a restarted
 // server is empty, and a master that restarts before the sentinels fail it
 // over hands its empty dataset to its replicas: the data loss Redis's
 // documentation warns of for masters without persistence.
