@@ -1,14 +1,20 @@
 // Package redisproc starts real redis-server processes on loopback for tests
-// and benchmarks, and breaks them on demand: kill, pause (SIGSTOP), resume
-// (SIGCONT), stall (CLIENT PAUSE), restart on the same port with an empty
-// dataset or from a snapshot, and run a node's wall clock ahead of the
-// host's.
+// and benchmarks: independent nodes (Cluster), or Sentinel master sets
+// (SentinelSet: a master, its replicas and the sentinels that watch them
+// and fail it over for real). It breaks them on demand: kill, pause
+// (SIGSTOP), resume (SIGCONT), stall (CLIENT PAUSE), restart on the same
+// port with an empty dataset or from a snapshot, run a node's wall clock
+// ahead of the host's, and fail a master set over, if asked to a replica
+// that lacks the master's latest writes.
 //
 // Every process listens only on 127.0.0.1, accepts DEBUG from local
-// connections (--enable-debug-command local), and writes its output to a
-// log file in its own temporary directory. Nothing is persisted on its
-// own (no save points, no AOF): a snapshot exists only once Save wrote
-// one, and only RestartFromSnapshot loads it; Restart always starts empty.
+// connections (--enable-debug-command local; sentinels have no DEBUG), and
+// writes its output to a log file in its own temporary directory. Nothing
+// is persisted on its own (no save points, no AOF): a snapshot exists only
+// once Save wrote one, and only RestartFromSnapshot loads it; Restart
+// always starts empty. The servers and sentinels of a master set also
+// keep a config file there, which they rewrite and which survives their
+// restarts (see SentinelSet).
 // Close kills every process and removes the directories; on Linux the
 // processes are also killed by the kernel if the parent process dies
 // first.
@@ -151,6 +157,19 @@ type Node struct {
 	port  int
 	dir   string
 	debug bool // DEBUG allowed from local connections
+	// conf, if not empty, is the path of a config file in dir, passed
+	// first on the command line: the process may rewrite it (CONFIG
+	// REWRITE, or a sentinel saving its state) and every restart loads
+	// the rewritten file.
+	conf string
+	// args are more redis-server arguments, after the package's own (so
+	// they override them and conf), on every start.
+	args []string
+	// started, if not nil, runs after every start once the process
+	// answers, with n.mu held: it may talk to the process on a connection
+	// of its own, not through Do (which takes n.mu). An error fails the
+	// start.
+	started func(addr string) error
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while not running
@@ -164,11 +183,25 @@ type Node struct {
 // newNode starts a process on a free port, picking another port if the
 // chosen one is taken before redis-server binds it.
 func newNode(bin string, debug bool) (*Node, error) {
+	return startNode(&Node{bin: bin, debug: debug}, nil)
+}
+
+// startNode gives n a new temporary directory and starts it on a free
+// port, as newNode does. prepare, if not nil, runs once the directory
+// exists, before the first start: it may write a config file there and
+// set n.conf, n.args and n.started.
+func startNode(n *Node, prepare func(n *Node) error) (*Node, error) {
 	dir, err := os.MkdirTemp("", "redisproc-")
 	if err != nil {
 		return nil, fmt.Errorf("redisproc: %w", err)
 	}
-	n := &Node{bin: bin, dir: dir, debug: debug}
+	n.dir = dir
+	if prepare != nil {
+		if err := prepare(n); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
 	for range bindAttempts {
 		if n.port, err = freePort(); err != nil {
 			break
@@ -203,7 +236,11 @@ func (n *Node) launch() error {
 	if err != nil {
 		return fmt.Errorf("redisproc: %w", err)
 	}
-	cmd := exec.Command(n.bin,
+	var args []string
+	if n.conf != "" {
+		args = append(args, n.conf) // a config file must come first
+	}
+	args = append(args,
 		"--port", strconv.Itoa(n.port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
@@ -214,8 +251,9 @@ func (n *Node) launch() error {
 		"--dir", n.dir,
 	)
 	if n.debug {
-		cmd.Args = append(cmd.Args, "--enable-debug-command", "local") // DEBUG RELOAD for the reload faults
+		args = append(args, "--enable-debug-command", "local") // DEBUG RELOAD for the reload faults
 	}
+	cmd := exec.Command(n.bin, append(args, n.args...)...)
 	cmd.Dir = n.dir
 	if n.clock != nil {
 		cmd.Env = append(os.Environ(), "LD_PRELOAD="+n.clock.shim, clockEnv+"="+n.clock.path)
@@ -234,7 +272,11 @@ func (n *Node) launch() error {
 		close(exited)
 	}()
 
-	if err := waitReady(n.Addr(), cmd.Process.Pid, exited); err != nil {
+	err = waitReady(n.Addr(), cmd.Process.Pid, exited)
+	if err == nil && n.started != nil {
+		err = n.started(n.Addr())
+	}
+	if err != nil {
 		cmd.Process.Kill()
 		<-exited
 		tail := readTail(logPath)
@@ -402,7 +444,9 @@ func (n *Node) signal(sig syscall.Signal, want byte) error {
 // same port with an empty dataset (and a new run_id), retrying while the
 // port is briefly busy. A snapshot written by Save is deleted first, so the
 // new process never loads it. It waits until the new process answers PING.
-// A node whose clock was set ahead keeps it, as a machine would.
+// A node whose clock was set ahead keeps it, as a machine would; a node
+// with a config file (those of a SentinelSet) starts from the file as its
+// last process rewrote it.
 func (n *Node) Restart() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -347,4 +349,62 @@ func TestStartErrors(t *testing.T) {
 			t.Fatalf("launch on another redis-server's port: %v, want errBusy", err)
 		}
 	})
+}
+
+// TestArgsAndConfigSurviveRestart starts a node with extra arguments
+// (replicaof another node) and a config file, as the servers of a
+// SentinelSet are, and checks that both hold across Restart and
+// RestartFromSnapshot.
+func TestArgsAndConfigSurviveRestart(t *testing.T) {
+	c := Start(t, 1)
+	primary := c.Nodes[0]
+	ctx := ctxTimeout(t, 20*time.Second)
+	if err := primary.Set(ctx, "k", "v", 0); err != nil {
+		t.Fatal(err)
+	}
+	// Each start of the replica is a full sync: no waiting for others.
+	if _, err := primary.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		t.Fatal(err)
+	}
+	n, err := startNode(&Node{bin: "redis-server", debug: true}, func(n *Node) error {
+		n.conf = filepath.Join(n.dir, "redis.conf")
+		n.args = []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}
+		return os.WriteFile(n.conf, []byte("maxmemory 12345678\n"), 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.close)
+	check := func(when string) {
+		t.Helper()
+		for {
+			v, ok, err := n.Get(ctx, "k")
+			if err == nil && ok && v == "v" {
+				break // synced from the primary
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: GET k on the replica = %q, %v, %v", when, v, ok, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if role, err := n.Info(ctx, "replication", "role"); err != nil || role != "slave" {
+			t.Fatalf("%s: role %q, %v; want slave", when, role, err)
+		}
+		v, err := n.Do(ctx, "CONFIG", "GET", "maxmemory")
+		if err != nil || !strings.Contains(fmt.Sprint(v), "12345678") {
+			t.Fatalf("%s: CONFIG GET maxmemory = %v, %v", when, v, err)
+		}
+	}
+	check("first start")
+	if err := n.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	check("after Restart")
+	if err := n.Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RestartFromSnapshot(); err != nil {
+		t.Fatal(err)
+	}
+	check("after RestartFromSnapshot")
 }
