@@ -41,7 +41,8 @@ type Conn struct {
 	sentinels *sentinels
 
 	mu      sync.Mutex
-	addr    string // the server connected to, or to connect to
+	addr    string   // the server connected to, or to connect to
+	split   []string // a master set's other servers that still answer as masters
 	client  rueidis.Client
 	closed  bool
 	err     error     // the last dial error
@@ -148,12 +149,13 @@ func (c *Conn) locate(ctx context.Context) error {
 	if c.sentinels == nil {
 		return nil
 	}
-	addr, err := c.sentinels.master(ctx)
+	addr, split, err := c.sentinels.master(ctx)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.split = split
 	if addr != c.addr {
 		if c.client != nil {
 			c.client.Close()
@@ -170,6 +172,14 @@ func (c *Conn) Addr() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.addr
+}
+
+// splitMasters are the master set's other servers that the sentinels saw
+// answer as masters at the last probe.
+func (c *Conn) splitMasters() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.split
 }
 
 // Close closes the client; the Conn answers ErrStopped after it.

@@ -115,9 +115,13 @@
 //     replica (writes fail, and the probe marks the node down); its
 //     promotion draws a new replication id, so the copied marker no
 //     longer matches.
-//   - promotion of a replica behind the node's address (a failover,
-//     Sentinel): a new replication id; its data may lack the old
-//     primary's last writes.
+//   - promotion of a replica behind the node's address (a failover), or
+//     a Sentinel master set's failover (Target): a new replication id; its
+//     data may lack the old primary's last writes. A master set's Conn
+//     moves to the master its sentinels name only in a probe, which sees
+//     the new process (and checked quarantines it, naming the failover);
+//     a batch that reaches it first meets the script's replication-id
+//     check.
 //   - failback to a former primary behind the same address: the marker it
 //     kept names its own lineage, not the one engines last probed there,
 //     so they refuse it. An engine that meets such an address for the first

@@ -73,9 +73,14 @@ type Info struct {
 	// Evicted counts the keys the process evicted since it started (or
 	// since CONFIG RESETSTAT).
 	Evicted int64
-	ConnID  int64         // CLIENT ID of the connection the probe checked
-	Addr    string        // the server probed: a master set's master as its sentinels named it
-	RTT     time.Duration // the probe's round trip
+	ConnID  int64  // CLIENT ID of the connection the probe checked
+	Addr    string // the server probed: a master set's master as its sentinels named it
+	// Split lists a master set's other servers that still answer as
+	// masters: a failover's former master not yet made a replica. It takes
+	// the writes of engines that have not yet moved, and loses them when
+	// it is demoted.
+	Split []string
+	RTT   time.Duration // the probe's round trip
 }
 
 // Lineage names the node's dataset as it is now: its replication history,
@@ -131,7 +136,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 			return Info{}, err
 		}
 	}
-	info := Info{RTT: rtt, Addr: c.Addr()}
+	info := Info{RTT: rtt, Addr: c.Addr(), Split: c.splitMasters()}
 	info.ConnID, _ = res[0].AsInt64()
 	server, _ := res[1].ToString()
 	repl, _ := res[2].ToString()
@@ -326,6 +331,15 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 	case prev.Trusted() && !info.Trusted():
 		a.lostData(at, "epoch marker gone")
 	}
+	if len(info.Split) > 0 {
+		// Whatever it grants now is lost when Sentinel demotes it: the
+		// new master must not grant until that has expired.
+		if a.health.quarantined(at) {
+			a.quarantine(at)
+		} else {
+			a.lostData(at, "its former master "+strings.Join(info.Split, ", ")+" still takes writes")
+		}
+	}
 	if info.Trusted() && !a.health.quarantined(at) {
 		a.health.epochPending = false
 	}
@@ -359,18 +373,24 @@ func (a *nodeActor) evictions(at time.Time, prev, info Info) {
 // lostData quarantines the node until Quarantine after since, the moment
 // it may have lost its data, and writes the marker after that.
 func (a *nodeActor) lostData(since time.Time, why string) {
+	if a.quarantine(since) && time.Now().Before(a.health.quarantineUntil) {
+		a.stats.restarts.Add(1)
+		a.cfg.Logger.Warn("redlease: node may have lost its data; refusing acquires until every lease it held expired",
+			"node", a.cfg.Addr, "why", why, "until", a.health.quarantineUntil)
+	}
+}
+
+// quarantine is lostData without a word: it reports whether the
+// quarantine now ends later.
+func (a *nodeActor) quarantine(since time.Time) bool {
 	a.health.epochPending = true
 	until := since.Add(a.cfg.Quarantine)
 	if !until.After(a.health.quarantineUntil) {
-		return
+		return false
 	}
 	a.health.quarantineUntil = until
 	a.stats.quarantineUntil.Store(until.UnixNano())
-	if time.Now().Before(until) {
-		a.stats.restarts.Add(1)
-		a.cfg.Logger.Warn("redlease: node may have lost its data; refusing acquires until every lease it held expired",
-			"node", a.cfg.Addr, "why", why, "until", until)
-	}
+	return true
 }
 
 func (a *nodeActor) probeTimeout() time.Duration { return max(a.cfg.Timeout, 100*time.Millisecond) }

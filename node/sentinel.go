@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/redis/rueidis"
@@ -44,12 +45,20 @@ func newSentinels(opt rueidis.ClientOption) *sentinels {
 // master asks every sentinel at once and returns the address most of those
 // that answered name (the first listed among equals): one sentinel late to
 // learn of a failover does not send the probe back to the old master.
-func (s *sentinels) master(ctx context.Context) (string, error) {
+//
+// It also returns the other servers of the set that a sentinel saw
+// answer as a master (role-reported), and not down: a former master that
+// Sentinel has not yet made a replica of the new one. Until then it takes
+// the writes of engines that have not yet moved, which the new master will
+// never have (Sentinel demotes it after the promotion: a second or so in
+// a failover that an operator asked for, with both servers up).
+func (s *sentinels) master(ctx context.Context) (string, []string, error) {
 	named := make([]string, len(s.addrs))
+	masters := make([][]string, len(s.addrs))
 	errs := make([]error, len(s.addrs))
 	var wg sync.WaitGroup
 	for i, addr := range s.addrs {
-		wg.Go(func() { named[i], errs[i] = s.ask(ctx, addr) })
+		wg.Go(func() { named[i], masters[i], errs[i] = s.ask(ctx, addr) })
 	}
 	wg.Wait()
 	best, votes := "", 0
@@ -59,9 +68,17 @@ func (s *sentinels) master(ctx context.Context) (string, error) {
 		}
 	}
 	if best == "" {
-		return "", fmt.Errorf("no sentinel named the master of %q: %w", s.name, errors.Join(errs...))
+		return "", nil, fmt.Errorf("no sentinel named the master of %q: %w", s.name, errors.Join(errs...))
 	}
-	return best, nil
+	var others []string
+	for _, ms := range masters {
+		for _, m := range ms {
+			if m != best && !slices.Contains(others, m) {
+				others = append(others, m)
+			}
+		}
+	}
+	return best, others, nil
 }
 
 func countOf(xs []string, x string) int {
@@ -74,22 +91,52 @@ func countOf(xs []string, x string) int {
 	return n
 }
 
-// ask asks the sentinel at addr.
-func (s *sentinels) ask(ctx context.Context, addr string) (string, error) {
+// ask asks the sentinel at addr for the master, and for the replicas it
+// saw answer as masters (see master).
+func (s *sentinels) ask(ctx context.Context, addr string) (string, []string, error) {
 	c, err := s.client(addr)
 	if err != nil {
-		return "", fmt.Errorf("sentinel %s: %w", addr, err)
+		return "", nil, fmt.Errorf("sentinel %s: %w", addr, err)
 	}
-	hp, err := c.Do(ctx, c.B().SentinelGetMasterAddrByName().Master(s.name).Build()).AsStrSlice()
+	res := c.DoMulti(ctx, c.B().SentinelGetMasterAddrByName().Master(s.name).Build(),
+		c.B().SentinelReplicas().Master(s.name).Build())
+	hp, err := res[0].AsStrSlice()
 	switch {
 	case rueidis.IsRedisNil(err):
-		return "", fmt.Errorf("sentinel %s does not watch a master set named %q", addr, s.name)
+		return "", nil, fmt.Errorf("sentinel %s does not watch a master set named %q", addr, s.name)
 	case err != nil:
-		return "", fmt.Errorf("sentinel %s: %w", addr, err)
+		return "", nil, fmt.Errorf("sentinel %s: %w", addr, err)
 	case len(hp) != 2:
-		return "", fmt.Errorf("sentinel %s: unexpected reply %q", addr, hp)
+		return "", nil, fmt.Errorf("sentinel %s: unexpected reply %q", addr, hp)
 	}
-	return net.JoinHostPort(hp[0], hp[1]), nil
+	replicas, err := res[1].ToArray()
+	if err != nil {
+		return "", nil, fmt.Errorf("sentinel %s: SENTINEL REPLICAS: %w", addr, err)
+	}
+	var masters []string
+	for _, r := range replicas {
+		m, err := r.AsStrMap()
+		if err != nil {
+			return "", nil, fmt.Errorf("sentinel %s: SENTINEL REPLICAS: %w", addr, err)
+		}
+		if m["role-reported"] == "master" && !downFlags(m["flags"]) {
+			masters = append(masters, net.JoinHostPort(m["ip"], m["port"]))
+		}
+	}
+	return net.JoinHostPort(hp[0], hp[1]), masters, nil
+}
+
+// downFlags reports whether a sentinel's flags for a server say it is
+// down or unreachable: a former master cut off from the sentinels, which
+// only min-replicas-to-write stops from taking writes (see Target).
+func downFlags(flags string) bool {
+	for f := range strings.SplitSeq(flags, ",") {
+		switch f {
+		case "s_down", "o_down", "disconnected":
+			return true
+		}
+	}
+	return false
 }
 
 // client returns the client for the sentinel at addr, made on first use.

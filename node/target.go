@@ -18,15 +18,26 @@ const SentinelScheme = "sentinel://"
 // address, or whichever server a Sentinel master set names its master.
 //
 // A master set is one node, one vote: its replicas copy the master's keys
-// and Sentinel promotes one of them when the master fails. A promoted
-// replica may lack the master's last writes, so a failover is what a
-// restart is (see the package doc): the epoch marker the replica copied
-// names its old master's lineage, not its own, and it sits out a
-// quarantine. Sentinel's own limit stays: a master cut off from the
-// sentinels but not from some clients keeps taking their writes until it
-// is demoted, while its replica serves others. Set min-replicas-to-write
-// (and min-replicas-max-lag) on the master set, as Redis documents for
-// Sentinel, so that such a master stops accepting writes within the lag.
+// and Sentinel promotes one of them when the master fails or an operator
+// asks. A promoted replica may lack the master's last writes, so a
+// failover is what a restart is (see the package doc): the epoch marker
+// the replica copied names its old master's lineage, not its own, and it
+// sits out a quarantine from when each engine meets it. Each probe asks
+// every sentinel (sentinels.master): the master most of them name, and
+// whether a sentinel saw another server of the set answer as a master.
+// That is the former master between the promotion and its demotion (a
+// second or so when an operator asks for the failover and both are up):
+// engines that have not yet moved still acquire there, keys the new
+// master will never have. So the quarantine lasts until Quarantine after
+// the last probe that saw it so (the safety checker's sentinel failover
+// found overlaps in that gap when the quarantine was timed from the
+// switch alone).
+//
+// Sentinel's own limit stays: a former master cut off from the sentinels
+// (they flag it down) but not from some clients keeps taking their writes
+// until it is demoted. Set min-replicas-to-write (and
+// min-replicas-max-lag) on the master set, as Redis advises for Sentinel,
+// so that such a master stops taking writes within the lag.
 type Target struct {
 	// Addr is a standalone master's host:port; "" for a master set.
 	Addr string

@@ -94,6 +94,12 @@ const (
 	// ahead by more than the quarantine, so that its uptime says it has
 	// run for longer.
 	FaultClockStep = "clock step"
+	// FaultSentinelFailover: a Sentinel master set's replicas are cut off
+	// from its master (their PSYNC denied) while leases come and go, then
+	// Sentinel promotes one: the new master lacks those leases' keys, and
+	// the old one is resynced from it. Only on the master sets of
+	// Config.Topology.
+	FaultSentinelFailover = "sentinel failover"
 )
 
 // Kinds returns every fault kind Run knows.
@@ -102,15 +108,33 @@ func Kinds() []string {
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
 		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover,
 		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep,
-		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal}
+		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal, FaultSentinelFailover}
 }
+
+// Node kinds, as Config.Topology names them.
+const (
+	// Standalone: one redis-server process, reached through a proxy.
+	Standalone = "standalone"
+	// Sentinel: a Sentinel master set (a master, a replica and three
+	// sentinels), reached by its sentinels (sentinel://...).
+	Sentinel = "sentinel"
+)
+
+// onMasterSets reports whether a fault of kind hits master sets (and
+// only them); the others hit standalone nodes only, most of them through
+// the node's proxy.
+func onMasterSets(kind string) bool { return kind == FaultSentinelFailover }
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
 type Config struct {
 	// Nodes is how many redis-server processes Run starts on loopback
 	// (free ports, temporary directories), breaks, and stops at the end.
-	// [5]
-	Nodes     int
+	// [5, or len(Topology)]
+	Nodes int
+	// Topology gives the kind of each node, Standalone or Sentinel; nil:
+	// Nodes standalone nodes. Each fault kind hits the nodes of its kind
+	// (onMasterSets); one that finds none is not injected.
+	Topology  []string
 	Duration  time.Duration // [30s]
 	Engines   int           // engines at the start [3]
 	Workers   int           // goroutines per engine [8]
@@ -330,26 +354,41 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			return Report{}, fmt.Errorf("safety: unknown fault kind %q; the kinds are %q", k, Kinds())
 		}
 	}
-	c, err := redisproc.StartNodes(cfg.Nodes)
-	if err != nil {
-		return Report{}, fmt.Errorf("safety: %w", err)
-	}
-	defer c.Close()
 	spare, err := redisproc.StartNodes(1)
 	if err != nil {
 		return Report{}, fmt.Errorf("safety: %w", err)
 	}
 	defer spare.Close()
-	r := &run{cfg: cfg, cluster: c, spare: spare, faults: map[string]int{},
-		proxies: make([]*Proxy, len(c.Nodes)), addrs: make([]string, len(c.Nodes)),
-		restarted: make([]time.Time, len(c.Nodes))}
-	for i, n := range c.Nodes {
-		p, err := NewProxy(n.Addr())
-		if err != nil {
-			return Report{}, err
+	r := &run{cfg: cfg, cluster: &redisproc.Cluster{}, spare: spare, faults: map[string]int{},
+		proxies: make([]*Proxy, cfg.Nodes), addrs: make([]string, cfg.Nodes), sets: make([]*redisproc.SentinelSet, cfg.Nodes),
+		restarted: make([]time.Time, cfg.Nodes)}
+	defer r.cluster.Close()
+	for i, kind := range cfg.Topology {
+		switch kind {
+		case Standalone:
+			c, err := redisproc.StartNodes(1)
+			if err != nil {
+				return Report{}, fmt.Errorf("safety: %w", err)
+			}
+			p, err := NewProxy(c.Nodes[0].Addr())
+			if err != nil {
+				c.Close()
+				return Report{}, err
+			}
+			defer p.Close()
+			r.cluster.Nodes = append(r.cluster.Nodes, c.Nodes[0])
+			r.proxies[i], r.addrs[i] = p, p.Addr()
+		case Sentinel:
+			set, err := redisproc.StartSentinelSet(1, 3)
+			if err != nil {
+				return Report{}, fmt.Errorf("safety: %w", err)
+			}
+			defer set.Close()
+			r.cluster.Nodes = append(r.cluster.Nodes, set.Servers[0]) // its master, while it is
+			r.sets[i], r.addrs[i] = set, node.SentinelScheme+strings.Join(set.SentinelAddrs(), ",")+"/"+set.Name
+		default:
+			return Report{}, fmt.Errorf("safety: node kind %q: the kinds are %q and %q", kind, Standalone, Sentinel)
 		}
-		defer p.Close()
-		r.proxies[i], r.addrs[i] = p, p.Addr()
 	}
 	r.log = newEngineLog(r.addrs)
 	defer r.closeEngines()
@@ -427,9 +466,13 @@ func split[E explainer](overlaps []Overlap, why []E) (ours, explained []Overlap)
 }
 
 func withDefaults(c Config) Config {
-	if c.Nodes == 0 {
+	if c.Nodes == 0 && c.Topology == nil {
 		c.Nodes = 5
 	}
+	if c.Topology == nil {
+		c.Topology = slices.Repeat([]string{Standalone}, c.Nodes)
+	}
+	c.Nodes = len(c.Topology)
 	if c.Duration == 0 {
 		c.Duration = 30 * time.Second
 	}
@@ -491,9 +534,10 @@ const (
 type run struct {
 	cfg     Config
 	cluster *redisproc.Cluster
-	spare   *redisproc.Cluster // one node, the next failover's replica
-	proxies []*Proxy
-	addrs   []string // the proxies', which the engines dial
+	spare   *redisproc.Cluster       // one node, the next failover's replica
+	proxies []*Proxy                 // nil for a master set
+	sets    []*redisproc.SentinelSet // the master sets; nil for a standalone node
+	addrs   []string                 // the proxies' and master sets', which the engines dial
 	rec     Recorder
 	store   Store
 	log     *engineLog
@@ -839,7 +883,11 @@ func (r *run) inject(ctx context.Context) {
 			if !sleep(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
 				return
 			}
-			k := rng.IntN(len(r.cluster.Nodes))
+			on := r.nodesFor(kind)
+			if len(on) == 0 {
+				continue
+			}
+			k := on[rng.IntN(len(on))]
 			start := time.Now()
 			err := r.fault(ctx, rng, kind, k)
 			f := Injected{Kind: kind, Node: k, Start: start, End: time.Now()}
@@ -860,6 +908,21 @@ func (r *run) inject(ctx context.Context) {
 	}
 }
 
+// nodesFor returns the nodes a fault of kind may hit: the master sets, or
+// the standalone nodes.
+func (r *run) nodesFor(kind string) []int {
+	var on []int
+	for i, set := range r.sets {
+		if (set != nil) == onMasterSets(kind) {
+			on = append(on, i)
+		}
+	}
+	if kind == FaultBareMajority && len(on) < 3 {
+		return nil // it takes three
+	}
+	return on
+}
+
 // sleep waits d unless ctx ends first; false if it did.
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -875,9 +938,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // fault injects one fault of kind on node k (and the next ones, for
 // faults that hit several), or says why it could not.
 func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) error {
-	nodes := len(r.cluster.Nodes)
 	n := r.cluster.Nodes[k]
 	hold := time.Duration(150+rng.IntN(450)) * time.Millisecond
+	// next is the j-th node of kind's after k (for faults that hit several).
+	on := r.nodesFor(kind)
+	next := func(j int) int { return on[(slices.Index(on, k)+j)%len(on)] }
 	switch kind {
 	case FaultKillRestart:
 		r.nodesDown.Add(1)
@@ -892,21 +957,22 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		_ = n.Resume()
 		r.nodesDown.Add(-1)
 	case FaultMajorityPause: // no quorum for a while: leases are lost, none granted
-		r.nodesDown.Add(3)
-		for j := range 3 {
-			_ = r.cluster.Nodes[(k+j)%nodes].Pause()
+		paused := min(3, len(on))
+		r.nodesDown.Add(int32(paused))
+		for j := range paused {
+			_ = r.cluster.Nodes[next(j)].Pause()
 		}
 		sleep(ctx, r.cfg.TTL+hold)
-		for j := range 3 {
-			_ = r.cluster.Nodes[(k+j)%nodes].Resume()
+		for j := range paused {
+			_ = r.cluster.Nodes[next(j)].Resume()
 		}
-		r.nodesDown.Add(-3)
+		r.nodesDown.Add(int32(-paused))
 	case FaultBareMajority:
 		// The Redlock critique's case: with two nodes dead, leases live
 		// on exactly three; one of those loses its data, and the dead
 		// two come back empty. Only restart quarantine keeps a
 		// contender from taking those three while a holder holds.
-		a, b, c := k, (k+1)%nodes, (k+2)%nodes
+		a, b, c := k, next(1), next(2)
 		r.nodesDown.Add(2)
 		_, _ = r.cluster.Nodes[a].Kill(), r.cluster.Nodes[b].Kill()
 		sleep(ctx, hold)
@@ -977,8 +1043,29 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.grantFault(ctx, rng, kind, k) // grant_faults.go
 	case FaultHeal:
 		return r.heal(ctx, rng, k) // heal_faults.go
+	case FaultSentinelFailover:
+		return r.sentinelFailover(ctx, k, hold)
 	}
 	return nil
+}
+
+// sentinelFailover fails master set k over to its replica, which misses
+// the writes of hold before (FaultSentinelFailover). The working engines
+// keep acquiring and releasing throughout; the old master becomes the
+// replica.
+func (r *run) sentinelFailover(ctx context.Context, k int, hold time.Duration) error {
+	set := r.sets[k]
+	r.nodesDown.Add(1) // quarantined once the engines meet the new master
+	defer r.nodesDown.Add(-1)
+	next, err := set.FailoverLosingWrites(ctx, func(*redisproc.Node) error {
+		sleep(ctx, hold) // leases come and go on the master alone
+		return nil
+	})
+	if next != nil {
+		r.cluster.Nodes[k] = next
+	}
+	r.restarted[k] = time.Now()
+	return err
 }
 
 // evict has node n evict keys for a while (FaultEviction). The working

@@ -13,13 +13,15 @@ import (
 
 // The bounded run CI does: every fault kind a few times, and every
 // property must hold. Overlaps that a clock jump explains are reported
-// apart (Report.ClockReport) and do not fail it.
+// apart (Report.ClockReport) and do not fail it. The first node is a
+// Sentinel master set, so that its failovers meet the other kinds.
 //
 //	go test -run BoundedRun -v ./safety/
 func TestBoundedRunWithFaults(t *testing.T) {
-	// 90s: 25 kinds, a round of them about 15-20s, and each kind must
-	// come three times.
-	rep, err := Run(t.Context(), Config{Nodes: 5, Duration: 90 * time.Second, Faults: true, Logf: t.Logf})
+	// 90s: 26 kinds, a round of them about 20s (a Sentinel failover
+	// takes 2.5-3s), and each kind must come three times.
+	topology := []string{Sentinel, Standalone, Standalone, Standalone, Standalone}
+	rep, err := Run(t.Context(), Config{Topology: topology, Duration: 90 * time.Second, Faults: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +62,23 @@ func TestBoundedRunWithFaultsOnOneNode(t *testing.T) {
 	}
 	if rep.Acquisitions < 200 {
 		t.Errorf("only %d acquisitions: the run did not exercise much", rep.Acquisitions)
+	}
+}
+
+// One Sentinel master set alone is a quorum of one: its failovers, and
+// engines that join, on a node that is never down for long.
+func TestBoundedRunOnOneMasterSet(t *testing.T) {
+	rep, err := Run(t.Context(), Config{Topology: []string{Sentinel}, Duration: 20 * time.Second, Faults: true,
+		Kinds: []string{FaultSentinelFailover, FaultNewEngine}, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep)
+	if !rep.OK() {
+		t.Errorf("safety violated: %v", rep)
+	}
+	if rep.Acquisitions < 150 || rep.Faults[FaultSentinelFailover] < 3 { // the set sits out most of each failover
+		t.Errorf("%d acquisitions, %d failovers: the run did not exercise much", rep.Acquisitions, rep.Faults[FaultSentinelFailover])
 	}
 }
 

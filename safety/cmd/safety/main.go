@@ -39,6 +39,7 @@ func main() {
 	flag.DurationVar(&cfg.RestartQuarantine, "quarantine", 0, "restart quarantine (0: the engine's default, the TTL; negative, e.g. -1s: off, to see the checker catch violations)")
 	flag.BoolVar(&cfg.UnsafeEviction, "unsafe-eviction", false, "let nodes that may evict lock keys grant (Config.UnsafeEviction), to see the checker catch violations")
 	nodes := flag.Int("nodes", 5, "redis-server nodes to start")
+	topology := flag.String("topology", "", "comma-separated kind of each node, standalone or sentinel (a Sentinel master set: a master, a replica, three sentinels), e.g. sentinel,standalone,standalone; overrides -nodes")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "the schedule's random choices (faults, workers), as a run's report gives it, to run it again, e.g. on another build (the timing still varies); 0: random")
 	flag.Parse()
 	if *kinds != "" {
@@ -46,20 +47,32 @@ func main() {
 			cfg.Kinds = append(cfg.Kinds, strings.TrimSpace(k))
 		}
 	}
+	if *topology != "" {
+		for k := range strings.SplitSeq(*topology, ",") {
+			cfg.Topology = append(cfg.Topology, strings.TrimSpace(k))
+		}
+		*nodes = len(cfg.Topology)
+	}
 	os.Exit(run(cfg, *nodes))
 }
 
 func run(cfg safety.Config, nodes int) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cfg.Nodes = nodes
+	if cfg.Topology == nil {
+		cfg.Nodes = nodes
+	}
 	cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	kinds := "all"
 	if cfg.Kinds != nil {
 		kinds = strings.Join(cfg.Kinds, ", ")
 	}
-	fmt.Fprintf(os.Stderr, "safety: %d engines x %d workers on %d resources, %d nodes, TTL %v, faults %v (%s), for %v\n",
-		cfg.Engines, cfg.Workers, cfg.Resources, nodes, cfg.TTL, cfg.Faults, kinds, cfg.Duration)
+	topology := ""
+	if cfg.Topology != nil {
+		topology = " (" + strings.Join(cfg.Topology, ",") + ")"
+	}
+	fmt.Fprintf(os.Stderr, "safety: %d engines x %d workers on %d resources, %d nodes%s, TTL %v, faults %v (%s), for %v\n",
+		cfg.Engines, cfg.Workers, cfg.Resources, nodes, topology, cfg.TTL, cfg.Faults, kinds, cfg.Duration)
 	rep, err := safety.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "safety:", err)

@@ -1,0 +1,94 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
+)
+
+// sentinelNode is the Config.Nodes entry of s.
+func sentinelNode(s *redisproc.SentinelSet) string {
+	return "sentinel://" + strings.Join(s.SentinelAddrs(), ",") + "/" + s.Name
+}
+
+// A node that is a Sentinel master set: a lease's key goes to its master.
+// A failover to a replica that lacks that key is a restart: from when the
+// engine meets the new master, the node refuses acquires until every
+// lease it may have held expired, so no one takes the lost key while its
+// holder may hold; an engine that meets the new master first (its marker
+// names the old master's dataset) sits it out too; then the new master
+// serves, and InspectNodes names it.
+func TestSentinelFailoverIsARestart(t *testing.T) {
+	const ttl = 5 * time.Second // longer than a failover takes (2.5-3s)
+	s := redisproc.StartSentinel(t, 2, 3)
+	spec := sentinelNode(s)
+	tune := func(cfg *Config) { cfg.TTL, cfg.HealthInterval = ttl, 50*time.Millisecond }
+	if err := MarkNew(t.Context(), Config{Nodes: []string{spec}}); err != nil {
+		t.Fatalf("MarkNew: %v", err)
+	}
+	e := newEngine(t, []string{spec}, tune)
+	if _, err := e.TryAcquire(t.Context(), "before"); err != nil {
+		t.Fatalf("TryAcquire on a marked master set: %v", err)
+	}
+	// The lease's key is written while the replicas are cut off: the
+	// failover loses it.
+	var l *Lease
+	promoted, err := s.FailoverLosingWrites(t.Context(), func(old *redisproc.Node) error {
+		var err error
+		if l, err = e.TryAcquire(t.Context(), "r"); err != nil {
+			return err
+		}
+		if v, _, err := old.Get(t.Context(), lockKey("r")); err != nil || v != l.Value() {
+			return fmt.Errorf("the master holds %q (%v), want the lease's value", v, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	if _, ok, err := promoted.Get(t.Context(), lockKey("r")); err != nil || ok {
+		t.Fatalf("the promoted replica has the lost key (%v): the failover lost nothing", err)
+	}
+	if left := time.Until(l.Until()); left < ttl/5 {
+		t.Fatalf("the failover took so long that the lease has %v left: the test proves little", left)
+	}
+	// Until the lease that held the lost key expired, nobody may take it:
+	// not this engine (before or after it sees the new master), not one
+	// that meets the new master first.
+	fresh := newEngine(t, []string{spec}, tune)
+	for time.Now().Before(l.Until()) {
+		for _, eng := range []*Engine{e, fresh} {
+			if l2, err := eng.TryAcquire(t.Context(), "r"); err == nil {
+				t.Fatalf("granted %q, whose key the failover lost, %v before its holder's lease ends", "r", time.Until(l.Until()))
+				_ = l2.Release(context.Background())
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // not an order: a pace
+	}
+	if until := e.Stats().Nodes[0].QuarantinedUntil; until.IsZero() {
+		t.Fatal("the engine never quarantined the failed-over master set")
+	}
+	_, err = fresh.TryAcquire(t.Context(), "other")
+	if ae := (*AcquireError)(nil); !errors.As(err, &ae) || !errors.Is(ae.Nodes[0].Err, ErrQuarantined) {
+		t.Fatalf("an engine meeting the new master: TryAcquire = %v, want a refusal for the quarantine", err)
+	}
+
+	var l3 *Lease
+	testwait.Eventually(t, 4*ttl, "the new master serves after the quarantine", func() bool {
+		l3, err = e.TryAcquire(t.Context(), "r")
+		return err == nil
+	})
+	if v, _, err := promoted.Get(t.Context(), lockKey("r")); err != nil || v != l3.Value() {
+		t.Fatalf("the new master holds %q (%v), want the new lease's value", v, err)
+	}
+	reports, err := InspectNodes(t.Context(), Config{Nodes: []string{spec}})
+	if err != nil || reports[0].Server != promoted.Addr() {
+		t.Fatalf("InspectNodes: %+v, %v; want server %s", reports, err, promoted.Addr())
+	}
+}
