@@ -59,9 +59,10 @@
 //     the resource in the gap: the lease's next extension must lose it,
 //     not make it again;
 //   - sentinel failover: a Sentinel master set's replica is cut off from
-//     its master while leases come and go, then promoted (only on the
-//     master sets of Config.Topology; the other kinds hit standalone
-//     nodes only);
+//     its master while leases come and go, then promoted, while a laggard
+//     engine that probes every 2s keeps acquiring on the former master
+//     until Sentinel demotes it (only on the master sets of
+//     Config.Topology; the other kinds hit standalone nodes only);
 //
 // and some holders pause past their validity before writing. A third of
 // the unfenced holders take their leases with TryAcquire, again after a

@@ -504,8 +504,9 @@ func (r *run) rand(stream uint64) *rand.Rand { return rand.New(rand.NewPCG(r.cfg
 // The streams of workers: those of the starting engines, then those of
 // the engines that join, apart.
 const (
-	startStreams = 1
-	joinStreams  = 1 << 32
+	startStreams  = 1
+	joinStreams   = 1 << 32
+	laggardStream = 1 << 48 // plus the failovers so far
 )
 
 func (c *Config) kind(k string) bool { return slices.Contains(c.Kinds, k) }
@@ -529,6 +530,9 @@ const (
 	idlePool = 4
 	// maxJoined bounds the engines that joined mid-run; the oldest retires.
 	maxJoined = 2
+	// laggardHealth is the health interval of sentinelFailover's laggard:
+	// longer than Sentinel takes to demote a former master.
+	laggardHealth = 2 * time.Second
 )
 
 type run struct {
@@ -562,6 +566,7 @@ type run struct {
 	lapses    []Lapse
 	leavers   []*engine.Engine // FaultQuarantinedLeave's (grant_faults.go)
 	healers   []*engine.Engine // FaultHeal's (heal_faults.go)
+	laggard   *engine.Engine   // FaultSentinelFailover's
 	timeline  []Injected
 
 	mu        sync.Mutex
@@ -1051,10 +1056,31 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 
 // sentinelFailover fails master set k over to its replica, which misses
 // the writes of hold before (FaultSentinelFailover). The working engines
-// keep acquiring and releasing throughout; the old master becomes the
-// replica.
+// keep acquiring and releasing throughout, and so does a laggard: an
+// engine that probes its nodes only every laggardHealth, so that it keeps
+// acquiring on the former master until Sentinel demotes it, while the
+// others have met the new one. The old master becomes the replica.
 func (r *run) sentinelFailover(ctx context.Context, k int, hold time.Duration) error {
 	set := r.sets[k]
+	if r.laggard == nil {
+		e, err := r.startEngine("laggard", engine.Config{Nodes: r.addrs, TTL: r.cfg.TTL, HealthInterval: laggardHealth})
+		if err != nil {
+			return err
+		}
+		r.laggard = e
+	}
+	lctx, stop := context.WithCancel(ctx)
+	var lag sync.WaitGroup
+	rng := r.rand(laggardStream + uint64(len(r.timeline))) // the injector's alone
+	lag.Go(func() {
+		for lctx.Err() == nil {
+			if err := r.hold(lctx, r.laggard, "laggard", rng); err != nil {
+				sleep(lctx, 10*time.Millisecond)
+			}
+		}
+	})
+	defer lag.Wait()
+	defer stop()
 	r.nodesDown.Add(1) // quarantined once the engines meet the new master
 	defer r.nodesDown.Add(-1)
 	next, err := set.FailoverLosingWrites(ctx, func(*redisproc.Node) error {
