@@ -280,6 +280,10 @@ func (r *run) killedAfterRelease(ctx context.Context, rng *rand.Rand) error {
 		}
 	}()
 	for i, a := range r.addrs {
+		if r.sets[i] != nil { // a master set, reached by its sentinels: its link outlives the process
+			addrs[i] = a
+			continue
+		}
 		p, err := NewProxy(a)
 		if err != nil {
 			return err
@@ -304,7 +308,9 @@ func (r *run) killedAfterRelease(ctx context.Context, rng *rand.Rand) error {
 	r.rec.Ended(h, time.Now(), l.Until())
 	err = l.Release(ctx)
 	for _, p := range proxies {
-		p.Close() // the process dies: its connections close, nothing more is sent
+		if p != nil {
+			p.Close() // the process dies: its connections close, nothing more is sent
+		}
 	}
 	if err != nil {
 		return err
