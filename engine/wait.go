@@ -66,7 +66,14 @@ func newLines(e *Engine, channel string) *lines {
 		ls.shards[i].byKey = make(map[string]*resource)
 	}
 	for i, addr := range e.cfg.Nodes {
+		var refused sync.Once
 		ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, node.WatchHooks{
+			Refused: func(err error) {
+				refused.Do(func() {
+					e.cfg.Logger.Warn("redlease: node refuses SUBSCRIBE; callers waiting on a resource held by another engine are not woken by its release there: they ask again when the holder's key expires, or on their retry schedule",
+						"node", addr, "err", err)
+				})
+			},
 			Released: func(channel, msg string) { ls.released(i, channel, msg) },
 			Watched: func(channel string, ok bool) {
 				if r, life := ls.find(channelKey(channel)); r != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -73,8 +74,13 @@ type Info struct {
 	// Evicted counts the keys the process evicted since it started (or
 	// since CONFIG RESETSTAT).
 	Evicted int64
-	ConnID  int64  // CLIENT ID of the connection the probe checked
-	Addr    string // the server probed: a master set's master as its sentinels named it
+	// NoTransactions: the node refuses MULTI or EXEC (an ACL without
+	// them): acquires go through the script, never plain (plain.go).
+	NoTransactions bool
+	// ConfigDenied: the node refuses CONFIG GET, so Debug is assumed.
+	ConfigDenied bool
+	ConnID       int64  // CLIENT ID of the connection the probe checked
+	Addr         string // the server probed: a master set's master as its sentinels named it
 	// Split lists a master set's other servers that still answer as
 	// masters: a failover's former master not yet made a replica. It takes
 	// the writes of engines that have not yet moved, and loses them when
@@ -98,6 +104,28 @@ func (i Info) Lineage() string {
 // any of which may have lost the latest lock keys.
 func (i Info) Trusted() bool { return i.Epoch != "" && i.Epoch == i.Lineage() }
 
+// noPerm reports whether err is the server's refusal by its ACL.
+func noPerm(err error) bool {
+	re, _ := rueidis.IsRedisErr(err)
+	return re != nil && strings.HasPrefix(re.Error(), "NOPERM")
+}
+
+// probeNeeds says, per command of a probe that redlease cannot do
+// without, why; the commands after them (CONFIG GET, MULTI, EXEC) may be
+// denied, at a cost (Info.ConfigDenied, Info.NoTransactions).
+var probeNeeds = []string{
+	"redlease needs CLIENT ID and CLIENT KILL: after a reconnect it kills the abandoned connection on the server, so that nothing sent on it (a failed round's cleanup, say) runs after what the new one sends (the retry's acquire, whose key it would delete)",
+	"redlease needs CLIENT ID and CLIENT KILL: after a reconnect it kills the abandoned connection on the server, so that nothing sent on it (a failed round's cleanup, say) runs after what the new one sends (the retry's acquire, whose key it would delete)",
+	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
+	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
+	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
+	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
+	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
+	"redlease needs its keys (the KeyPrefix): the epoch marker, lock keys and their queues",
+	"redlease needs SCRIPT LOAD and EVALSHA: every lock command runs in its scripts",
+	"redlease needs SCRIPT LOAD and EVALSHA (and its keys, the KeyPrefix): every lock command runs in its scripts",
+}
+
 // Probe connects c if needed and learns, in one round trip, its node's run
 // id, replication id, role, losses, eviction policy and count and epoch
 // marker, loading redlease's scripts on the way so that later batches find
@@ -116,40 +144,51 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	if err != nil {
 		return Info{}, err
 	}
-	cmds := make(rueidis.Commands, 0, 9)
-	cmds = append(cmds,
-		client.B().ClientId().Build(),
-		client.B().Info().Section("server").Build(),
-		client.B().Info().Section("replication").Build(),
-		client.B().Info().Section("memory").Build(),
-		client.B().Info().Section("stats").Build(),
-		client.B().Info().Section("commandstats").Build(),
-		client.B().Get().Key(epochKey).Build(),
-		client.B().ScriptLoad().Script(batchScript.body).Build(),
-		client.B().ConfigGet().Parameter("enable-debug-command").Build())
+	b := client.B()
+	cmds := rueidis.Commands{
+		b.ClientId().Build(),
+		b.ClientKill().Id(math.MaxInt64).Build(), // kills nobody: may it kill at all?
+		b.Info().Section("server").Build(),
+		b.Info().Section("replication").Build(),
+		b.Info().Section("memory").Build(),
+		b.Info().Section("stats").Build(),
+		b.Info().Section("commandstats").Build(),
+		b.Get().Key(epochKey).Build(),
+		b.ScriptLoad().Script(batchScript.body).Build(),
+		b.Evalsha().Sha1(batchScript.sha).Numkeys(1).Key(epochKey).Arg("", "").Build(), // a batch of no command
+		b.ConfigGet().Parameter("enable-debug-command").Build(),
+		// An ACL may deny either: a denied EXEC ends the transaction
+		// (EXECABORT), as TestACLDeniedCommands checks.
+		b.Multi().Build(), b.Exec().Build(),
+	}
 	start := time.Now()
 	res := client.DoMulti(ctx, cmds...)
 	rtt := time.Since(start)
 	dials := c.dials.Load()
-	for _, r := range res[:len(res)-1] { // CONFIG may be denied: see Debug
+	for i, r := range res[:len(probeNeeds)] {
 		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			if noPerm(err) {
+				err = fmt.Errorf("%w: %s", err, probeNeeds[i])
+			}
 			return Info{}, err
 		}
 	}
-	info := Info{RTT: rtt, Addr: c.Addr(), Split: c.splitMasters()}
+	multi, exec := res[len(res)-2].Error(), res[len(res)-1].Error()
+	info := Info{RTT: rtt, Addr: c.Addr(), Split: c.splitMasters(), NoTransactions: multi != nil || exec != nil}
 	info.ConnID, _ = res[0].AsInt64()
-	server, _ := res[1].ToString()
-	repl, _ := res[2].ToString()
-	memory, _ := res[3].ToString()
-	stats, _ := res[4].ToString()
-	commands, _ := res[5].ToString()
-	info.Epoch, _ = res[6].ToString()
+	server, _ := res[2].ToString()
+	repl, _ := res[3].ToString()
+	memory, _ := res[4].ToString()
+	stats, _ := res[5].ToString()
+	commands, _ := res[6].ToString()
+	info.Epoch, _ = res[7].ToString()
 	info.Evicts = evicts(memory)
 	evicted, _ := redisinfo.Field(stats, "evicted_keys")
 	info.Evicted, _ = strconv.ParseInt(evicted, 10, 64)
 	info.Losses = losses(commands)
-	debug, err := res[8].AsStrMap()
+	debug, err := res[10].AsStrMap()
 	info.Debug = err != nil || debug["enable-debug-command"] != "no"
+	info.ConfigDenied = err != nil
 	info.RunID, _ = redisinfo.Field(server, "run_id")
 	info.ReplID, _ = redisinfo.Field(repl, "master_replid")
 	role, _ := redisinfo.Field(repl, "role")
@@ -237,6 +276,7 @@ type health struct {
 	evicting        error     // acquires refused with it: the node may evict lock keys (ErrEvicting)
 	epochPending    bool      // write the epoch marker once the quarantine is over
 	probeDue        bool
+	configDenied    bool // said so (denied)
 }
 
 func (h *health) quarantined(now time.Time) bool { return now.Before(h.quarantineUntil) }
@@ -293,7 +333,24 @@ func (a *nodeActor) start(first *Info) {
 		return
 	}
 	a.setEvicts(first.Evicts)
+	a.denied(*first)
 	a.checked(time.Now(), *first)
+}
+
+// denied follows what the node's ACL refuses that redlease can do
+// without, at a cost it logs once: transactions (acquires go through the
+// script, never plain) and CONFIG GET (DEBUG is assumed possible, so
+// every acquiring batch also reads INFO commandstats).
+func (a *nodeActor) denied(info Info) {
+	if info.NoTransactions && !a.noPlain.Swap(true) {
+		a.cfg.Logger.Warn("redlease: node refuses MULTI or EXEC; every acquire goes through the batch script (about 1µs more of the node's time each)",
+			"node", a.cfg.Addr)
+	}
+	if info.ConfigDenied && !a.health.configDenied {
+		a.health.configDenied = true
+		a.cfg.Logger.Warn("redlease: node refuses CONFIG GET; assuming it may run DEBUG RELOAD, every acquiring batch also reads INFO commandstats (tens of µs of the node's time)",
+			"node", a.cfg.Addr)
+	}
 }
 
 // checked takes what a probe at found. A node is untrusted at first sight
@@ -418,6 +475,7 @@ func (a *nodeActor) probeDone(m *probed) {
 	}
 	a.setDown(false, nil)
 	a.setEvicts(m.info.Evicts)
+	a.denied(m.info)
 	a.checked(m.at, m.info)
 }
 

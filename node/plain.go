@@ -45,8 +45,8 @@ import (
 // that refuses MULTI (an ACL without @transaction) runs the block's SETs
 // outside a transaction: none counts, each goes again through the script,
 // and so does every acquire after (TestPlainFallsBackWithoutTransactions).
-// (An ACL that allows MULTI but not EXEC would leave the connection in a
-// transaction; Redis's categories grant or deny them together.)
+// A probe tries MULTI and EXEC too (Info.NoTransactions): an ACL may deny
+// EXEC alone, which Redis answers with EXECABORT, ending the transaction.
 
 // plain reports whether e may go as a plain SET.
 func (e *entry) plain() bool {
@@ -147,7 +147,7 @@ func (a *nodeActor) answerPlain(batch []entry, results []rueidis.RedisResult, ep
 				break
 			}
 		}
-		if re, _ := rueidis.IsRedisErr(err); re != nil && strings.HasPrefix(re.Error(), "NOPERM") {
+		if noPerm(err) {
 			a.noPlain.Store(true) // an ACL without MULTI: the script it is
 			for _, e := range batch {
 				e.scripted = true

@@ -22,6 +22,9 @@ type WatchHooks struct {
 	// missed; the watcher reconnects and watches every channel again,
 	// calling Watched for each.
 	Lost func()
+	// Refused, if set: the node answered SUBSCRIBE with err (an ACL
+	// without pub/sub, say), not a dropped connection.
+	Refused func(err error)
 }
 
 // Watcher listens on one node for the announcements of releases
@@ -181,7 +184,11 @@ func (w *Watcher) subscribe(s *subscriber, channels []string, want map[string]bo
 	}
 	ok := false
 	if s != nil {
-		ok = s.do(w.timeout, s.client.B().Subscribe().Channel(channels...).Build()) == nil
+		err := s.do(w.timeout, s.client.B().Subscribe().Channel(channels...).Build())
+		if _, server := rueidis.IsRedisErr(err); server && w.hooks.Refused != nil {
+			w.hooks.Refused(err)
+		}
+		ok = err == nil
 	}
 	for _, ch := range channels {
 		want[ch] = ok
