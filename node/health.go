@@ -338,11 +338,12 @@ func (a *nodeActor) start(first *Info) {
 }
 
 // denied follows what the node's ACL refuses that redlease can do
-// without, at a cost it logs once: transactions (acquires go through the
-// script, never plain) and CONFIG GET (DEBUG is assumed possible, so
-// every acquiring batch also reads INFO commandstats).
+// without, at a cost it logs: transactions (acquires go through the
+// script, never plain, until a probe finds them allowed again) and CONFIG
+// GET (DEBUG is assumed possible, so every acquiring batch also reads
+// INFO commandstats).
 func (a *nodeActor) denied(info Info) {
-	if info.NoTransactions && !a.noPlain.Swap(true) {
+	if was := a.noPlain.Swap(info.NoTransactions); info.NoTransactions && !was {
 		a.cfg.Logger.Warn("redlease: node refuses MULTI or EXEC; every acquire goes through the batch script (about 1µs more of the node's time each)",
 			"node", a.cfg.Addr)
 	}

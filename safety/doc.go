@@ -63,6 +63,8 @@
 //     engine that probes every 2s keeps acquiring on the former master
 //     until Sentinel demotes it (only on the master sets of
 //     Config.Topology; the other kinds hit standalone nodes only);
+//   - acl: a node's user loses pub/sub, transactions and CONFIG for a
+//     while, as a managed node's may;
 //
 // and some holders pause past their validity before writing. A third of
 // the unfenced holders take their leases with TryAcquire, again after a

@@ -100,6 +100,11 @@ const (
 	// the old one is resynced from it. Only on the master sets of
 	// Config.Topology.
 	FaultSentinelFailover = "sentinel failover"
+	// FaultACL: the node's user loses pub/sub, transactions and CONFIG
+	// for a while (ACL SETUSER), as a managed node's may: releases grant
+	// nobody there, acquires that went plain are asked again through the
+	// script.
+	FaultACL = "acl"
 )
 
 // Kinds returns every fault kind Run knows.
@@ -108,7 +113,7 @@ func Kinds() []string {
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
 		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover,
 		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep,
-		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal, FaultSentinelFailover}
+		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal, FaultSentinelFailover, FaultACL}
 }
 
 // Node kinds, as Config.Topology names them.
@@ -1050,6 +1055,13 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.heal(ctx, rng, k) // heal_faults.go
 	case FaultSentinelFailover:
 		return r.sentinelFailover(ctx, k, hold)
+	case FaultACL:
+		if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "-@pubsub", "-@transaction", "-config"); err != nil {
+			return err
+		}
+		sleep(ctx, hold)
+		_, err := n.Do(context.WithoutCancel(ctx), "ACL", "SETUSER", "default", "+@all")
+		return err
 	}
 	return nil
 }

@@ -18,7 +18,7 @@ import (
 //
 //	go test -run BoundedRun -v ./safety/
 func TestBoundedRunWithFaults(t *testing.T) {
-	// 110s: 26 kinds, a round of them about 25s (a Sentinel failover
+	// 110s: 27 kinds, a round of them about 25s (a Sentinel failover
 	// takes 2.5-3s), and each kind must come three times.
 	topology := []string{Sentinel, Standalone, Standalone, Standalone, Standalone}
 	rep, err := Run(t.Context(), Config{Topology: topology, Duration: 110 * time.Second, Faults: true, Logf: t.Logf})
