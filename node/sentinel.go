@@ -46,19 +46,24 @@ func newSentinels(opt rueidis.ClientOption) *sentinels {
 // that answered name (the first listed among equals): one sentinel late to
 // learn of a failover does not send the probe back to the old master.
 //
-// It also returns the other servers of the set that a sentinel saw
-// answer as a master (role-reported), and not down: a former master that
-// Sentinel has not yet made a replica of the new one. Until then it takes
-// the writes of engines that have not yet moved, which the new master will
-// never have (Sentinel demotes it after the promotion: a second or so in
-// a failover that an operator asked for, with both servers up).
+// It also returns the other servers of the set that may still answer as
+// a master: a former master that Sentinel has not yet made a replica of
+// the new one. Until then it takes the writes of engines that have not
+// yet moved, which the new master will never have. Sentinel demotes it
+// four hello periods (8s by default) after it reads its INFO, which it
+// does every 10s by default: with both servers up, a former master may
+// take writes for many seconds after the switch. A server counts when a
+// sentinel saw it answer as a master (role-reported), and when no
+// sentinel that lists it has read its INFO yet (info-refresh 0): right
+// after a switch, a sentinel lists the former master as a replica it has
+// not read, whatever it is. Not when a sentinel flags it down.
 func (s *sentinels) master(ctx context.Context) (string, []string, error) {
 	named := make([]string, len(s.addrs))
-	masters := make([][]string, len(s.addrs))
+	seen := make([]map[string]seenAs, len(s.addrs))
 	errs := make([]error, len(s.addrs))
 	var wg sync.WaitGroup
 	for i, addr := range s.addrs {
-		wg.Go(func() { named[i], masters[i], errs[i] = s.ask(ctx, addr) })
+		wg.Go(func() { named[i], seen[i], errs[i] = s.ask(ctx, addr) })
 	}
 	wg.Wait()
 	best, votes := "", 0
@@ -70,16 +75,37 @@ func (s *sentinels) master(ctx context.Context) (string, []string, error) {
 	if best == "" {
 		return "", nil, fmt.Errorf("no sentinel named the master of %q: %w", s.name, errors.Join(errs...))
 	}
+	listed, unread := map[string]int{}, map[string]int{}
 	var others []string
-	for _, ms := range masters {
-		for _, m := range ms {
-			if m != best && !slices.Contains(others, m) {
-				others = append(others, m)
+	for _, m := range seen {
+		for addr, as := range m {
+			listed[addr]++
+			switch {
+			case as == seenMaster && !slices.Contains(others, addr):
+				others = append(others, addr)
+			case as == seenUnread:
+				unread[addr]++
 			}
 		}
 	}
+	for addr, n := range unread {
+		if n == listed[addr] && !slices.Contains(others, addr) {
+			others = append(others, addr)
+		}
+	}
+	others = slices.DeleteFunc(others, func(a string) bool { return a == best })
+	slices.Sort(others)
 	return best, others, nil
 }
+
+// seenAs is what a sentinel says of a replica of the set.
+type seenAs int
+
+const (
+	seenReplica seenAs = iota // answers as a replica, or is down
+	seenMaster                // answers as a master, and is not down
+	seenUnread                // not read yet (info-refresh 0), not down
+)
 
 func countOf(xs []string, x string) int {
 	n := 0
@@ -91,9 +117,9 @@ func countOf(xs []string, x string) int {
 	return n
 }
 
-// ask asks the sentinel at addr for the master, and for the replicas it
-// saw answer as masters (see master).
-func (s *sentinels) ask(ctx context.Context, addr string) (string, []string, error) {
+// ask asks the sentinel at addr for the master, and what it says of each
+// replica (see master).
+func (s *sentinels) ask(ctx context.Context, addr string) (string, map[string]seenAs, error) {
 	c, err := s.client(addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("sentinel %s: %w", addr, err)
@@ -113,30 +139,23 @@ func (s *sentinels) ask(ctx context.Context, addr string) (string, []string, err
 	if err != nil {
 		return "", nil, fmt.Errorf("sentinel %s: SENTINEL REPLICAS: %w", addr, err)
 	}
-	var masters []string
+	seen := make(map[string]seenAs, len(replicas))
 	for _, r := range replicas {
 		m, err := r.AsStrMap()
 		if err != nil {
 			return "", nil, fmt.Errorf("sentinel %s: SENTINEL REPLICAS: %w", addr, err)
 		}
-		if m["role-reported"] == "master" && !downFlags(m["flags"]) {
-			masters = append(masters, net.JoinHostPort(m["ip"], m["port"]))
+		as := seenReplica
+		switch {
+		case downFlags(m["flags"]):
+		case m["role-reported"] == "master":
+			as = seenMaster
+		case m["info-refresh"] == "0":
+			as = seenUnread
 		}
+		seen[net.JoinHostPort(m["ip"], m["port"])] = as
 	}
-	return net.JoinHostPort(hp[0], hp[1]), masters, nil
-}
-
-// downFlags reports whether a sentinel's flags for a server say it is
-// down or unreachable: a former master cut off from the sentinels, which
-// only min-replicas-to-write stops from taking writes (see Target).
-func downFlags(flags string) bool {
-	for f := range strings.SplitSeq(flags, ",") {
-		switch f {
-		case "s_down", "o_down", "disconnected":
-			return true
-		}
-	}
-	return false
+	return net.JoinHostPort(hp[0], hp[1]), seen, nil
 }
 
 // client returns the client for the sentinel at addr, made on first use.
@@ -167,4 +186,17 @@ func (s *sentinels) close() {
 		c.Close()
 	}
 	clear(s.clients)
+}
+
+// downFlags reports whether a sentinel's flags for a server say it is
+// down or unreachable: a former master cut off from the sentinels, which
+// only min-replicas-to-write stops from taking writes (see Target).
+func downFlags(flags string) bool {
+	for f := range strings.SplitSeq(flags, ",") {
+		switch f {
+		case "s_down", "o_down", "disconnected":
+			return true
+		}
+	}
+	return false
 }

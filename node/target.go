@@ -24,14 +24,14 @@ const SentinelScheme = "sentinel://"
 // the replica copied names its old master's lineage, not its own, and it
 // sits out a quarantine from when each engine meets it. Each probe asks
 // every sentinel (sentinels.master): the master most of them name, and
-// whether a sentinel saw another server of the set answer as a master.
-// That is the former master between the promotion and its demotion (a
-// second or so when an operator asks for the failover and both are up):
-// engines that have not yet moved still acquire there, keys the new
-// master will never have. So the quarantine lasts until Quarantine after
-// the last probe that saw it so (the safety checker's sentinel failover
-// found overlaps in that gap when the quarantine was timed from the
-// switch alone).
+// whether another server of the set may still answer as a master. That
+// is the former master between the promotion and its demotion (with
+// Sentinel's default periods up to some 18s when an operator asks for
+// the failover and both are up): engines that have not yet moved still
+// acquire there, keys the new master will never have. So the quarantine
+// lasts until Quarantine after the last probe that saw one (the safety
+// checker's sentinel failover found overlaps in that gap when the
+// quarantine was timed from the switch alone).
 //
 // Sentinel's own limit stays: a former master cut off from the sentinels
 // (they flag it down) but not from some clients keeps taking their writes
