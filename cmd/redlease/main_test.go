@@ -454,3 +454,51 @@ func TestSplitNodes(t *testing.T) {
 		t.Errorf("splitNodes = %q, want %q", got, want)
 	}
 }
+
+// A Sentinel master set is one node: nodes names the master its sentinels
+// name now, mark-new marks it, locks finds a lease's key there, unlock
+// deletes it, and after a failover nodes names the new master.
+func TestSentinelNode(t *testing.T) {
+	s := redisproc.StartSentinel(t, 1, 3)
+	spec := "sentinel://" + join(s.SentinelAddrs()...) + "/" + s.Name
+	master, err := s.Master(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got nodesJSON
+	wantCode(t, "nodes", cliJSON(t, &got, "nodes", "-nodes", spec), exitFail) // fresh: quarantined
+	if n := got.Nodes[0]; n.Node != spec || n.Server != master.Addr() || n.Role != "master" {
+		t.Fatalf("master set: %+v; want node %s, server %s, master", n, spec, master.Addr())
+	}
+	code, _, _ := cli(t, "", nil, "mark-new", "-yes", "-nodes", spec)
+	wantCode(t, "mark-new", code, exitOK)
+
+	e, err := engine.New(engine.Config{Nodes: []string{spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	l, err := e.Acquire(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locks locksJSON
+	wantCode(t, "locks", cliJSON(t, &locks, "locks", "-nodes", spec), exitOK)
+	if len(locks.Locks) != 1 || locks.Locks[0].Resource != "job" || locks.Locks[0].Owner != l.Value() {
+		t.Fatalf("locks: %+v; want job held by the lease", locks)
+	}
+	code, _, _ = cli(t, "", nil, "unlock", "-yes", "-reason", "test", "-nodes", spec, "job")
+	wantCode(t, "unlock", code, exitOK)
+	if _, ok, err := master.Get(t.Context(), "redlease:{job}"); err != nil || ok {
+		t.Fatalf("after unlock the master still has the key (%v)", err)
+	}
+
+	next, err := s.Failover(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliJSON(t, &got, "nodes", "-nodes", spec)
+	if n := got.Nodes[0]; n.Server != next.Addr() {
+		t.Fatalf("after the failover: %+v; want server %s", n, next.Addr())
+	}
+}
