@@ -47,9 +47,10 @@ type NodeReport struct {
 	// QuarantineUntil: an engine meeting the node now would not acquire
 	// on it before this, as every lease it may have held before it lost
 	// its data has not yet expired (zero: it would use the node at once).
-	// An untrusted node, or one that has evicted keys (unless
-	// UnsafeEviction), sits out RestartQuarantine from when an engine
-	// first sees it so: from now.
+	// An untrusted node, one that has evicted keys (unless
+	// UnsafeEviction), or a master set whose former master may still
+	// take writes (node.Target), sits out RestartQuarantine from when an
+	// engine first sees it so: from now.
 	QuarantineUntil time.Time
 	// RTT is the probe's round trip.
 	RTT time.Duration
@@ -89,7 +90,7 @@ func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
 		if r.Replica || cfg.RestartQuarantine < 0 {
 			continue
 		}
-		if !r.Trusted || info.Evicted > 0 && !cfg.UnsafeEviction { // as a node actor meeting it
+		if !r.Trusted || info.Evicted > 0 && !cfg.UnsafeEviction || len(info.Split) > 0 { // as a node actor meeting it
 			r.QuarantineUntil = at.Add(cfg.RestartQuarantine)
 		}
 	}
