@@ -535,7 +535,10 @@ func (n *Node) redis() (rueidis.Client, error) {
 		gen := n.gen
 		n.mu.Unlock()
 
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, DisableCache: true})
+		// ForceSingleClient: a node of a Redis Cluster must be talked to
+		// itself, with MOVED and ASK as answers; rueidis would otherwise
+		// see the cluster and route each command to its slot's master.
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, DisableCache: true, ForceSingleClient: true})
 		if err != nil {
 			return nil, fmt.Errorf("redisproc: connecting to %s: %w", n.Addr(), err)
 		}
