@@ -538,7 +538,16 @@ func (n *Node) redis() (rueidis.Client, error) {
 		// ForceSingleClient: a node of a Redis Cluster must be talked to
 		// itself, with MOVED and ASK as answers; rueidis would otherwise
 		// see the cluster and route each command to its slot's master.
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, DisableCache: true, ForceSingleClient: true})
+		// PipelineMultiplex -1: one connection, in order. rueidis would
+		// otherwise send keyed commands down one of up to 4 connections
+		// at random (2 with GOMAXPROCS 2), the others down the first, and
+		// a WAIT after a write (WAIT covers the writes of its own
+		// connection) would often return at once, before any replica had
+		// the write.
+		c, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress: []string{n.Addr()}, DisableCache: true,
+			ForceSingleClient: true, PipelineMultiplex: -1,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("redisproc: connecting to %s: %w", n.Addr(), err)
 		}
