@@ -92,6 +92,20 @@ func replicatedTo(t *testing.T, ctx context.Context, master *Node, key string, r
 	}
 }
 
+// askingDo sends ASKING then one command to n on one connection, as a
+// client does after an ASK redirection.
+func askingDo(ctx context.Context, n *Node, args ...string) (any, error) {
+	c, err := n.redis()
+	if err != nil {
+		return nil, err
+	}
+	res := c.DoMulti(ctx, c.B().Asking().Build(), c.B().Arbitrary(args[0]).Args(args[1:]...).Build())
+	if err := res[0].Error(); err != nil {
+		return nil, err
+	}
+	return res[1].ToAny()
+}
+
 func TestSlot(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
@@ -112,8 +126,8 @@ func TestSlot(t *testing.T) {
 	}
 }
 
-// TestRedisCluster checks a started cluster, then restarts servers, on
-// one cluster: each start takes 2s.
+// TestRedisCluster checks a started cluster, then moves slots, then
+// restarts servers, on one cluster: each start takes 2s.
 func TestRedisCluster(t *testing.T) {
 	t.Parallel()
 	c := startRedisCluster(t, 3, 1)
@@ -185,6 +199,91 @@ func TestRedisCluster(t *testing.T) {
 			if v, err := c.Servers[0].Do(ctx, "CLUSTER", "KEYSLOT", k); err != nil || v != int64(Slot(k)) {
 				t.Errorf("CLUSTER KEYSLOT %q = %v, %v; Slot = %d", k, v, err, Slot(k))
 			}
+		}
+	})
+	t.Run("MigrateSlot", func(t *testing.T) {
+		from, to := c.Servers[0], c.Servers[1]
+		ttl := time.Minute
+
+		// MigrateSlot in one go.
+		k := keyOn(t, ctx, c, from, "ttl")
+		if err := from.Set(ctx, k, "v", ttl); err != nil {
+			t.Fatal(err)
+		}
+		before, err := from.PTTL(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := c.MigrateSlot(ctx, Slot(k), to); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		t.Logf("MigrateSlot took %v", took)
+		after, err := to.PTTL(ctx, k)
+		if err != nil || after > before || after < before-took-100*time.Millisecond {
+			t.Fatalf("PTTL after MigrateSlot = %v, %v; before %v, and the move took %v", after, err, before, took)
+		}
+		wantShard(t, ctx, c, Slot(k), to, c.Servers[4])
+		if _, _, err := from.Get(ctx, k); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("MOVED %d %s", Slot(k), to.Addr())) {
+			t.Errorf("GET on the former master: %v; want MOVED to %s", err, to.Addr())
+		}
+		if v, ok, err := c.Servers[4].ReadOnlyGet(ctx, k); err != nil || !ok || v != "v" {
+			t.Errorf("the new master's replica: GET = %q, %v, %v", v, ok, err)
+		}
+
+		// Half moved: one key moved, one not.
+		tag := keyOn(t, ctx, c, from, "")
+		moved, stays := "{"+tag+"}moved", "{"+tag+"}stays"
+		slot := Slot(tag)
+		for _, key := range []string{moved, stays} {
+			if err := from.Set(ctx, key, key, ttl); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.StartSlotMigration(ctx, slot, to, "other"); err == nil {
+			t.Fatal("StartSlotMigration moved a key of another slot")
+		}
+		m, err := c.StartSlotMigration(ctx, slot, to, moved)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Slot != slot || m.From != from || m.To != to {
+			t.Fatalf("migration %d from %s to %s", m.Slot, m.From.Addr(), m.To.Addr())
+		}
+		ask := fmt.Sprintf("ASK %d %s", slot, to.Addr())
+		if _, _, err := from.Get(ctx, moved); err == nil || !strings.Contains(err.Error(), ask) {
+			t.Errorf("GET of the moved key on the source: %v; want %s", err, ask)
+		}
+		if v, ok, err := from.Get(ctx, stays); err != nil || !ok || v != stays {
+			t.Errorf("GET of the other key on the source = %q, %v, %v", v, ok, err)
+		}
+		if _, err := from.Do(ctx, "MGET", moved, stays); err == nil || !strings.Contains(err.Error(), "TRYAGAIN") {
+			t.Errorf("MGET of both keys on the source: %v; want TRYAGAIN", err)
+		}
+		if _, _, err := to.Get(ctx, moved); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("MOVED %d %s", slot, from.Addr())) {
+			t.Errorf("plain GET on the destination: %v; want MOVED to the source", err)
+		}
+		if v, err := askingDo(ctx, to, "GET", moved); err != nil || v != moved {
+			t.Errorf("ASKING GET on the destination = %v, %v", v, err)
+		}
+		if owner, err := c.MasterOf(ctx, slot); err != nil || owner != from {
+			t.Errorf("MasterOf(%d) while half moved = %v, %v; want the source", slot, owner, err)
+		}
+		if err := m.Finish(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wantShard(t, ctx, c, slot, to, c.Servers[4])
+		for _, key := range []string{moved, stays} {
+			if v, ok, err := to.Get(ctx, key); err != nil || !ok || v != key {
+				t.Errorf("GET %s on the destination = %q, %v, %v", key, v, ok, err)
+			}
+			if d, err := to.PTTL(ctx, key); err != nil || d <= 0 || d > ttl {
+				t.Errorf("PTTL %s on the destination = %v, %v", key, d, err)
+			}
+		}
+		if keys, err := from.Do(ctx, "CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(slot)); err != nil || keys != int64(0) {
+			t.Errorf("the source has %v keys left in the slot, %v", keys, err)
 		}
 	})
 	t.Run("RestartKeepsIdentity", func(t *testing.T) {
