@@ -255,6 +255,9 @@ func TestRedisCluster(t *testing.T) {
 		if _, _, err := from.Get(ctx, moved); err == nil || !strings.Contains(err.Error(), ask) {
 			t.Errorf("GET of the moved key on the source: %v; want %s", err, ask)
 		}
+		if err := from.Set(ctx, "{"+tag+"}new", "v", ttl); err == nil || !strings.Contains(err.Error(), ask) {
+			t.Errorf("SET of a new key on the source: %v; want %s", err, ask)
+		}
 		if v, ok, err := from.Get(ctx, stays); err != nil || !ok || v != stays {
 			t.Errorf("GET of the other key on the source = %q, %v, %v", v, ok, err)
 		}
