@@ -1,11 +1,14 @@
 // Package redisproc starts real redis-server processes on loopback for tests
-// and benchmarks: independent nodes (Cluster), or Sentinel master sets
+// and benchmarks: independent nodes (Cluster), Sentinel master sets
 // (SentinelSet: a master, its replicas and the sentinels that watch them
-// and fail it over for real). It breaks them on demand: kill, pause
-// (SIGSTOP), resume (SIGCONT), stall (CLIENT PAUSE), restart on the same
-// port with an empty dataset or from a snapshot, run a node's wall clock
-// ahead of the host's, and fail a master set over, if asked to a replica
-// that lacks the master's latest writes.
+// and fail it over for real), or a Redis Cluster (RedisCluster: masters
+// with replicas, the hash slots spread over the masters). It breaks them
+// on demand: kill, pause (SIGSTOP), resume (SIGCONT), stall (CLIENT
+// PAUSE), restart on the same port with an empty dataset or from a
+// snapshot, run a node's wall clock ahead of the host's, fail a master set
+// or a Redis Cluster's master over, if asked to a replica that lacks the
+// master's latest writes, and move a Redis Cluster's slot, or leave it
+// half moved.
 //
 // Every process listens only on 127.0.0.1, accepts DEBUG from local
 // connections (--enable-debug-command local; sentinels have no DEBUG), and
@@ -14,7 +17,8 @@
 // once Save wrote one, and only RestartFromSnapshot loads it; Restart
 // always starts empty. The servers and sentinels of a master set also
 // keep a config file there, which they rewrite and which survives their
-// restarts (see SentinelSet).
+// restarts (see SentinelSet), and so do the servers of a Redis Cluster
+// with their cluster state, nodes.conf (see RedisCluster).
 // Close kills every process and removes the directories; on Linux the
 // processes are also killed by the kernel if the parent process dies
 // first.
@@ -76,7 +80,7 @@ var errClosed = errors.New("redisproc: node is closed")
 var errBusy = errors.New("address already in use")
 
 // Cluster is a set of independent redis-server processes (not a Redis
-// Cluster: the nodes know nothing of each other).
+// Cluster, which RedisCluster is: the nodes know nothing of each other).
 type Cluster struct {
 	// Nodes are the processes, in start order.
 	Nodes []*Node
@@ -446,7 +450,8 @@ func (n *Node) signal(sig syscall.Signal, want byte) error {
 // new process never loads it. It waits until the new process answers PING.
 // A node whose clock was set ahead keeps it, as a machine would; a node
 // with a config file (those of a SentinelSet) starts from the file as its
-// last process rewrote it.
+// last process rewrote it; a server of a RedisCluster keeps its
+// nodes.conf, and so its node id and what it knew of the cluster.
 func (n *Node) Restart() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -535,7 +540,19 @@ func (n *Node) redis() (rueidis.Client, error) {
 		gen := n.gen
 		n.mu.Unlock()
 
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr()}, DisableCache: true})
+		// ForceSingleClient: a node of a Redis Cluster must be talked to
+		// itself, with MOVED and ASK as answers; rueidis would otherwise
+		// see the cluster and route each command to its slot's master.
+		// PipelineMultiplex -1: one connection, in order. rueidis would
+		// otherwise send keyed commands down one of up to 4 connections
+		// at random (2 with GOMAXPROCS 2), the others down the first, and
+		// a WAIT after a write (WAIT covers the writes of its own
+		// connection) would often return at once, before any replica had
+		// the write.
+		c, err := rueidis.NewClient(rueidis.ClientOption{
+			InitAddress: []string{n.Addr()}, DisableCache: true,
+			ForceSingleClient: true, PipelineMultiplex: -1,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("redisproc: connecting to %s: %w", n.Addr(), err)
 		}

@@ -8,10 +8,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redlease/redlease/internal/redisinfo"
 )
 
 // The timings of a SentinelSet's sentinels. Sentinel's defaults (30s
@@ -391,15 +394,18 @@ func (s *SentinelSet) failover(ctx context.Context, promoted func()) (*Node, err
 // promoted replica may lack writes the master acknowledged. Here it lacks
 // them for certain.
 //
-// It first waits (WAIT) until every replica connected to the master has
-// every write so far, so the writes made before the call are kept. Then it
-// cuts replication off at the master: its default user may no longer run
+// It first waits until every replica connected to the master has every
+// write the master had taken, from any client, so the writes made before
+// the call are kept (it compares replication offsets: WAIT would only
+// cover the writes of its own connection). Then it cuts replication off
+// at the master: its default user may no longer run
 // PSYNC or SYNC (ACL SETUSER), and CLIENT KILL TYPE replica drops the
 // replicas' links, so the replicas keep their data and their place in
 // Sentinel's view but cannot sync again; nothing else changes for clients
 // or sentinels. It calls write with the master, then asks a sentinel to
-// fail over. Every write the master takes from the cut until the
-// sentinels demote it (write's, and those of any other client still
+// fail over. Writes of other clients that come between the catch-up and
+// the cut may be kept or lost. Every write the master takes from the cut
+// until the sentinels demote it (write's, and those of any other client still
 // talking to it, also in the second or so between the switch and the
 // demotion) is lost: the promoted replica never had them, the other
 // replicas resync from it, and the old master, whose replication offset
@@ -423,16 +429,8 @@ func (s *SentinelSet) FailoverLosingWrites(ctx context.Context, write func(maste
 	if err != nil {
 		return nil, err
 	}
-	count, err := old.Info(ctx, "replication", "connected_slaves")
-	if err != nil {
+	if err := old.replicasCaughtUp(ctx, s.Servers, 5*time.Second); err != nil {
 		return nil, err
-	}
-	acked, err := old.Do(ctx, "WAIT", count, "5000")
-	if err != nil {
-		return nil, err
-	}
-	if fmt.Sprint(acked) != count {
-		return nil, fmt.Errorf("redisproc: %s replicas of %s acknowledged its writes, of %s", fmt.Sprint(acked), old.Addr(), count)
 	}
 	if _, err := old.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync"); err != nil {
 		return nil, err
@@ -636,6 +634,70 @@ func role(ctx context.Context, n *Node) (roleReply, error) {
 	return r, nil
 }
 
+// replicasCaughtUp waits, for up to timeout, until every replica
+// connected to n (INFO replication: slave0, slave1, ...), which must be
+// one of servers, has processed every write n had taken when it was
+// called, whoever made them: it reads n's master_repl_offset, then each
+// replica's own slave_repl_offset. WAIT would not do: it counts the
+// replicas that have the writes of the connection that sends it, up to
+// its last one, so writes of other clients after that are not covered.
+func (n *Node) replicasCaughtUp(ctx context.Context, servers []*Node, timeout time.Duration) error {
+	info, err := n.section(ctx, "replication")
+	if err != nil {
+		return err
+	}
+	want, err := offsetField(info, "master_repl_offset")
+	if err != nil {
+		return fmt.Errorf("redisproc: %s: %w", n.Addr(), err)
+	}
+	count, _ := redisinfo.Field(info, "connected_slaves")
+	connected, err := strconv.Atoi(count)
+	if err != nil {
+		return fmt.Errorf("redisproc: %s: connected_slaves %q", n.Addr(), count)
+	}
+	var replicas []*Node
+	for i := range connected {
+		line, _ := redisinfo.Field(info, fmt.Sprintf("slave%d", i))
+		fields := map[string]string{}
+		for _, kv := range strings.Split(line, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			fields[k] = v
+		}
+		addr := net.JoinHostPort(fields["ip"], fields["port"])
+		i := slices.IndexFunc(servers, func(s *Node) bool { return s.Addr() == addr })
+		if i < 0 {
+			return fmt.Errorf("redisproc: %s has a replica %s that is none of its set's servers", n.Addr(), addr)
+		}
+		replicas = append(replicas, servers[i])
+	}
+	for _, r := range replicas {
+		err := poll(ctx, time.Now().Add(timeout), func(ctx context.Context) error {
+			got, err := r.Info(ctx, "replication", "slave_repl_offset")
+			if err != nil {
+				return err
+			}
+			if g, err := strconv.ParseInt(got, 10, 64); err != nil || g < want {
+				return fmt.Errorf("offset %s of %d", got, want)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("redisproc: replica %s did not catch up with %s within %v: %w", r.Addr(), n.Addr(), timeout, err)
+		}
+	}
+	return nil
+}
+
+// offsetField returns an offset field of INFO replication.
+func offsetField(info, field string) (int64, error) {
+	v, _ := redisinfo.Field(info, field)
+	o, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("INFO replication %s %q", field, v)
+	}
+	return o, nil
+}
+
 // waitReplicas waits until every running server but master is its replica,
 // linked up and caught up with the offset master had when the link was up.
 func (s *SentinelSet) waitReplicas(ctx context.Context, master *Node) error {
@@ -776,6 +838,31 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// errPollDeadline is poll's error when its deadline passed.
+var errPollDeadline = errors.New("deadline passed")
+
+// poll runs check every settlePoll until it returns nil, ctx ends or,
+// if deadline is not zero, deadline passes (errPollDeadline). Its error
+// then says what check said last.
+func poll(ctx context.Context, deadline time.Time, check func(context.Context) error) error {
+	var last error
+	for {
+		err := check(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() == nil {
+			last = err // not the error of a cut-off question
+		}
+		if !deadline.IsZero() && time.Now().After(deadline) {
+			return fmt.Errorf("%w; last: %v", errPollDeadline, last)
+		}
+		if cerr := sleep(ctx, settlePoll); cerr != nil {
+			return fmt.Errorf("%w; last: %v", cerr, last)
+		}
 	}
 }
 

@@ -239,6 +239,11 @@ func TestSentinelFailoverLosingWrites(t *testing.T) {
 	ctx := ctxTimeout(t, 20*time.Second)
 	old := s.Servers[0]
 	replicated(t, ctx, s, old, "kept")
+	// Kept too: written just before the call, on a connection of its own,
+	// with no WAIT.
+	if _, err := command(old.Addr(), "SET", "kept2", "v"); err != nil {
+		t.Fatal(err)
+	}
 
 	start := time.Now()
 	next, err := s.FailoverLosingWrites(ctx, func(m *Node) error {
@@ -272,8 +277,10 @@ func TestSentinelFailoverLosingWrites(t *testing.T) {
 		if _, ok, err := n.Get(ctx, "lost"); err != nil || ok {
 			t.Errorf("%s has the lost write: %v, %v", n.Addr(), ok, err)
 		}
-		if _, ok, err := n.Get(ctx, "kept"); err != nil || !ok {
-			t.Errorf("%s lacks the write made before: %v, %v", n.Addr(), ok, err)
+		for _, k := range []string{"kept", "kept2"} {
+			if _, ok, err := n.Get(ctx, k); err != nil || !ok {
+				t.Errorf("%s lacks the write %s made before: %v, %v", n.Addr(), k, ok, err)
+			}
 		}
 	}
 	// The old master may replicate to others again, now and after a
