@@ -92,3 +92,44 @@ func TestSentinelFailoverIsARestart(t *testing.T) {
 		t.Fatalf("InspectNodes: %+v, %v; want server %s", reports, err, promoted.Addr())
 	}
 }
+
+// A master set is reached while a majority of its sentinels answer: one
+// stopped (SIGSTOP, so its connections hang) costs the probes half their
+// time, not the node; with two of three stopped, the engine cannot know
+// the master and the node is down, not guessed.
+func TestSentinelMajority(t *testing.T) {
+	s := redisproc.StartSentinel(t, 1, 3)
+	spec := sentinelNode(s)
+	if err := MarkNew(t.Context(), Config{Nodes: []string{spec}}); err != nil {
+		t.Fatalf("MarkNew: %v", err)
+	}
+	e := newEngine(t, []string{spec}, func(cfg *Config) { cfg.HealthInterval = 50 * time.Millisecond })
+	if err := s.Sentinels[0].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Sentinels[0].Resume()
+	restarts := e.Stats().Nodes[0].Restarts
+	for range 20 { // a second of probes
+		l, err := e.TryAcquire(t.Context(), "r")
+		if err != nil {
+			t.Fatalf("one sentinel of three stopped: %v", err)
+		}
+		_ = l.Release(t.Context())
+		time.Sleep(50 * time.Millisecond) // a pace, not an order
+	}
+	if e.Stats().Nodes[0].Down || e.Stats().Nodes[0].Restarts != restarts {
+		t.Fatalf("one sentinel of three stopped: node %+v", e.Stats().Nodes[0])
+	}
+
+	if err := s.Sentinels[1].Pause(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Sentinels[1].Resume()
+	reports, err := InspectNodes(t.Context(), Config{Nodes: []string{spec}, ConnectTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := reports[0]; r.Err == nil || !strings.Contains(r.Err.Error(), "fewer than a majority of the sentinels") {
+		t.Fatalf("two sentinels of three stopped: %+v, want an error saying so", r)
+	}
+}

@@ -143,13 +143,14 @@ func (c *Conn) dialled() (rueidis.Client, error) {
 	return client, nil
 }
 
-// locate asks a master set's sentinels for its master and, when that is
-// another server, drops the client: the probe's dial reaches the new one.
+// locate takes the latest answer of a master set's sentinels (asked off
+// the probe's path, see sentinels.latest) and, when it names another
+// server, drops the client: the probe's dial reaches the new one.
 func (c *Conn) locate(ctx context.Context) error {
 	if c.sentinels == nil {
 		return nil
 	}
-	addr, split, err := c.sentinels.master(ctx)
+	addr, split, err := c.sentinels.latest(ctx)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -24,6 +25,56 @@ type sentinels struct {
 	mu      sync.Mutex
 	clients map[string]rueidis.Client
 	closed  bool
+	last    *located      // the latest answer; nil before the first
+	asking  bool          // a query is under way
+	first   chan struct{} // closed with the first answer
+}
+
+// located is one answer of the sentinels (master).
+type located struct {
+	addr  string
+	split []string
+	err   error
+}
+
+// latest returns the latest answer of the sentinels and starts another
+// query, so that a probe never waits on a sentinel that does not answer
+// (it would hold up the batches behind it): a probe moves on the answer
+// of the query before. Only the first waits, within ctx.
+func (s *sentinels) latest(ctx context.Context) (string, []string, error) {
+	s.mu.Lock()
+	last := s.last
+	if !s.asking && !s.closed {
+		s.asking = true
+		go s.query()
+	}
+	s.mu.Unlock()
+	if last == nil {
+		select {
+		case <-s.first:
+		case <-ctx.Done():
+			return "", nil, fmt.Errorf("sentinels of %q: %w", s.name, ctx.Err())
+		}
+		s.mu.Lock()
+		last = s.last
+		s.mu.Unlock()
+	}
+	return last.addr, last.split, last.err
+}
+
+// query asks the sentinels (master), within half the dial timeout (so a
+// first probe, within the dial timeout, gets its answer), and keeps the
+// answer.
+func (s *sentinels) query() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Dialer.Timeout/2)
+	defer cancel()
+	addr, split, err := s.master(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		close(s.first)
+	}
+	s.last, s.asking = &located{addr, split, err}, false
 }
 
 // newSentinels reads opt as Target.Option set it for a master set.
@@ -38,13 +89,17 @@ func newSentinels(opt rueidis.ClientOption) *sentinels {
 	if o.Dialer.Timeout == 0 {
 		o.Dialer.Timeout = opt.Dialer.Timeout
 	}
+	if o.Dialer.Timeout == 0 {
+		o.Dialer.Timeout = time.Second
+	}
 	return &sentinels{name: s.MasterSet, addrs: slices.Clone(opt.InitAddress), opt: o,
-		clients: make(map[string]rueidis.Client)}
+		clients: make(map[string]rueidis.Client), first: make(chan struct{})}
 }
 
-// master asks every sentinel at once and returns the address most of those
-// that answered name (the first listed among equals): one sentinel late to
-// learn of a failover does not send the probe back to the old master.
+// master asks every sentinel at once and returns the address a majority
+// of them name, or an error: one sentinel late to learn of a failover,
+// or cut off with the old master, does not send the probe there. A
+// sentinel that has not answered within ctx counts as naming none.
 //
 // It also returns the other servers of the set that may still answer as
 // a master: a former master that Sentinel has not yet made a replica of
@@ -58,22 +113,41 @@ func newSentinels(opt rueidis.ClientOption) *sentinels {
 // after a switch, a sentinel lists the former master as a replica it has
 // not read, whatever it is. Not when a sentinel flags it down.
 func (s *sentinels) master(ctx context.Context) (string, []string, error) {
+	type answer struct {
+		i     int
+		named string
+		seen  map[string]seenAs
+		err   error
+	}
+	answers := make(chan answer, len(s.addrs)) // a late sentinel's goroutine ends on its own
+	for i, addr := range s.addrs {
+		go func() {
+			named, seen, err := s.ask(ctx, addr)
+			answers <- answer{i, named, seen, err}
+		}()
+	}
 	named := make([]string, len(s.addrs))
 	seen := make([]map[string]seenAs, len(s.addrs))
 	errs := make([]error, len(s.addrs))
-	var wg sync.WaitGroup
-	for i, addr := range s.addrs {
-		wg.Go(func() { named[i], seen[i], errs[i] = s.ask(ctx, addr) })
+	for range s.addrs {
+		select {
+		case a := <-answers:
+			named[a.i], seen[a.i], errs[a.i] = a.named, a.seen, a.err
+			continue
+		case <-ctx.Done(): // a sentinel that cannot be reached in time names none
+			errs = append(errs, ctx.Err())
+		}
+		break
 	}
-	wg.Wait()
 	best, votes := "", 0
 	for _, a := range named {
 		if n := countOf(named, a); a != "" && n > votes {
 			best, votes = a, n
 		}
 	}
-	if best == "" {
-		return "", nil, fmt.Errorf("no sentinel named the master of %q: %w", s.name, errors.Join(errs...))
+	if best == "" || votes < len(s.addrs)/2+1 {
+		return "", nil, fmt.Errorf("fewer than a majority of the sentinels of %q (%d of %d) name one master %q: %w",
+			s.name, votes, len(s.addrs), best, errors.Join(errs...))
 	}
 	listed, unread := map[string]int{}, map[string]int{}
 	var others []string
@@ -158,14 +232,17 @@ func (s *sentinels) ask(ctx context.Context, addr string) (string, map[string]se
 	return net.JoinHostPort(hp[0], hp[1]), seen, nil
 }
 
-// client returns the client for the sentinel at addr, made on first use.
+// client returns the client for the sentinel at addr, made on first use
+// (not under the lock: a sentinel that does not answer delays only its
+// own ask).
 func (s *sentinels) client(addr string) (rueidis.Client, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	c, closed := s.clients[addr], s.closed
+	s.mu.Unlock()
+	switch {
+	case closed:
 		return nil, ErrStopped
-	}
-	if c := s.clients[addr]; c != nil {
+	case c != nil:
 		return c, nil
 	}
 	o := s.opt
@@ -173,6 +250,15 @@ func (s *sentinels) client(addr string) (rueidis.Client, error) {
 	c, err := rueidis.NewClient(o)
 	if err != nil {
 		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.clients[addr] != nil { // closed, or made meanwhile
+		c.Close()
+		if s.closed {
+			return nil, ErrStopped
+		}
+		return s.clients[addr], nil
 	}
 	s.clients[addr] = c
 	return c, nil
