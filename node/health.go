@@ -113,18 +113,14 @@ func noPerm(err error) bool {
 // probeNeeds says, per command of a probe that redlease cannot do
 // without, why; the commands after them (CONFIG GET, MULTI, EXEC) may be
 // denied, at a cost (Info.ConfigDenied, Info.NoTransactions).
-var probeNeeds = []string{
-	"redlease needs CLIENT ID and CLIENT KILL: after a reconnect it kills the abandoned connection on the server, so that nothing sent on it (a failed round's cleanup, say) runs after what the new one sends (the retry's acquire, whose key it would delete)",
-	"redlease needs CLIENT ID and CLIENT KILL: after a reconnect it kills the abandoned connection on the server, so that nothing sent on it (a failed round's cleanup, say) runs after what the new one sends (the retry's acquire, whose key it would delete)",
-	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
-	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
-	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
-	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
-	"redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions",
-	"redlease needs its keys (the KeyPrefix): the epoch marker, lock keys and their queues",
-	"redlease needs SCRIPT LOAD and EVALSHA: every lock command runs in its scripts",
-	"redlease needs SCRIPT LOAD and EVALSHA (and its keys, the KeyPrefix): every lock command runs in its scripts",
-}
+var probeNeeds = []string{needClient, needClient, needInfo, needInfo, needInfo, needInfo, needInfo, needKeys, needScripts, needScripts}
+
+const (
+	needClient  = "redlease needs CLIENT ID and CLIENT KILL: after a reconnect it kills the abandoned connection on the server, so that nothing sent on it (a failed round's cleanup, say) runs after what the new one sends (the retry's acquire, whose key it would delete)"
+	needInfo    = "redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions"
+	needKeys    = "redlease needs its keys (the KeyPrefix): the epoch marker, lock keys and their queues"
+	needScripts = "redlease needs SCRIPT LOAD and EVALSHA, and its keys (the KeyPrefix) in them: every lock command runs in its scripts"
+)
 
 // Probe connects c if needed and learns, in one round trip, its node's run
 // id, replication id, role, losses, eviction policy and count and epoch
