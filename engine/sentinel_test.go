@@ -133,3 +133,36 @@ func TestSentinelMajority(t *testing.T) {
 		t.Fatalf("two sentinels of three stopped: %+v, want an error saying so", r)
 	}
 }
+
+// Sentinels that require a password are reached with the credentials of
+// Config.Client.Sentinel; without them New says why it cannot reach the
+// master set.
+func TestSentinelAuth(t *testing.T) {
+	s := redisproc.StartSentinel(t, 1, 3)
+	for _, sn := range s.Sentinels { // they talk to each other with it too
+		if _, err := sn.Do(t.Context(), "SENTINEL", "CONFIG", "SET", "sentinel-pass", "spw"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, sn := range s.Sentinels {
+		if _, err := sn.Do(t.Context(), "ACL", "SETUSER", "default", "resetpass", ">spw"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := sentinelNode(s)
+	if _, err := New(Config{Nodes: []string{spec}, ConnectTimeout: time.Second}); err == nil ||
+		!strings.Contains(err.Error(), "sentinel") {
+		t.Fatalf("New without the sentinels' password: %v, want an error naming the sentinels", err)
+	} else {
+		t.Log(err)
+	}
+	e := newEngine(t, []string{spec}, func(cfg *Config) {
+		cfg.Client.Sentinel.Password = "spw"
+		cfg.RestartQuarantine = -1 // unmarked: not what this tests
+	})
+	l, err := e.TryAcquire(t.Context(), "r")
+	if err != nil {
+		t.Fatalf("TryAcquire with the sentinels' password: %v", err)
+	}
+	_ = l.Release(t.Context())
+}
