@@ -399,11 +399,7 @@ func (c *RedisCluster) MasterOf(ctx context.Context, slot int) (*Node, error) {
 	if slot < 0 || slot >= HashSlots {
 		return nil, fmt.Errorf("redisproc: no slot %d", slot)
 	}
-	claims, err := c.claims(ctx)
-	if err != nil {
-		return nil, err
-	}
-	nodes, err := owners(claims)
+	nodes, err := c.owners(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -413,14 +409,19 @@ func (c *RedisCluster) MasterOf(ctx context.Context, slot int) (*Node, error) {
 	return nodes[slot], nil
 }
 
-// Masters returns the masters that serve at least one slot now (see
-// MasterOf), in the order of Servers.
-func (c *RedisCluster) Masters(ctx context.Context) ([]*Node, error) {
+// owners is each slot's master now, as the claims of the servers settle it.
+func (c *RedisCluster) owners(ctx context.Context) ([]*Node, error) {
 	claims, err := c.claims(ctx)
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := owners(claims)
+	return owners(claims)
+}
+
+// Masters returns the masters that serve at least one slot now (see
+// MasterOf), in the order of Servers.
+func (c *RedisCluster) Masters(ctx context.Context) ([]*Node, error) {
+	nodes, err := c.owners(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -631,42 +632,7 @@ func (c *RedisCluster) FailoverLosingWrites(ctx context.Context, master *Node, m
 	if r, err := role(ctx, master); err != nil || r.role != "master" {
 		return nil, fmt.Errorf("redisproc: %s answers ROLE %v, %v; want master", master.Addr(), r, err)
 	}
-	if err := master.replicasCaughtUp(ctx, c.Servers, 5*time.Second); err != nil {
-		return nil, err
-	}
-	if _, err := master.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync"); err != nil {
-		return nil, err
-	}
-	var restored bool
-	var restoreErr error
-	restore := func() {
-		if restored {
-			return
-		}
-		restored = true
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		for master.running() {
-			_, err := master.Do(rctx, "ACL", "SETUSER", "default", "+psync", "+sync")
-			if err == nil {
-				return
-			}
-			if sleep(rctx, settlePoll) != nil {
-				restoreErr = fmt.Errorf("redisproc: giving %s its PSYNC and SYNC back: %w", master.Addr(), err)
-				return
-			}
-		}
-	}
-	defer restore()
-	if _, err := master.Do(ctx, "CLIENT", "KILL", "TYPE", "replica"); err != nil {
-		return nil, err
-	}
-	if err := write(master); err != nil {
-		return nil, fmt.Errorf("redisproc: write before the failover: %w", err)
-	}
-	next, err := c.failover(ctx, master, mode, restore)
-	if err == nil {
-		err = restoreErr
-	}
-	return next, err
+	return failoverLosingWrites(ctx, master, c.Servers, false, write, func(restore func()) (*Node, error) {
+		return c.failover(ctx, master, mode, restore)
+	})
 }

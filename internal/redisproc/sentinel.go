@@ -429,10 +429,25 @@ func (s *SentinelSet) FailoverLosingWrites(ctx context.Context, write func(maste
 	if err != nil {
 		return nil, err
 	}
-	if err := old.replicasCaughtUp(ctx, s.Servers, 5*time.Second); err != nil {
+	// The sentinels drop every client of the old master when they demote
+	// it, and may save its cut permissions in its config file: rewritten.
+	return failoverLosingWrites(ctx, old, s.Servers, true, write, func(restore func()) (*Node, error) {
+		return s.failover(ctx, restore)
+	})
+}
+
+// failoverLosingWrites is both FailoverLosingWrites: once master's
+// replicas have its writes (within 5s), it denies them PSYNC and SYNC and
+// cuts them off, runs write, then failover, which calls restore once the
+// promotion counts. restore, tried again for up to 5s (a demotion drops
+// every client of the old master), gives PSYNC and SYNC back and, with
+// rewrite, rewrites master's config file.
+func failoverLosingWrites(ctx context.Context, master *Node, servers []*Node, rewrite bool,
+	write func(master *Node) error, failover func(restore func()) (*Node, error)) (*Node, error) {
+	if err := master.replicasCaughtUp(ctx, servers, 5*time.Second); err != nil {
 		return nil, err
 	}
-	if _, err := old.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync"); err != nil {
+	if _, err := master.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync"); err != nil {
 		return nil, err
 	}
 	var restored bool
@@ -442,32 +457,30 @@ func (s *SentinelSet) FailoverLosingWrites(ctx context.Context, write func(maste
 			return
 		}
 		restored = true
-		// Tried again for a while: the sentinels drop every client of
-		// the old master when they demote it, this one too.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		for old.running() {
-			_, err := old.Do(rctx, "ACL", "SETUSER", "default", "+psync", "+sync")
-			if err == nil {
-				_, err = old.Do(rctx, "CONFIG", "REWRITE")
+		for master.running() {
+			_, err := master.Do(rctx, "ACL", "SETUSER", "default", "+psync", "+sync")
+			if err == nil && rewrite {
+				_, err = master.Do(rctx, "CONFIG", "REWRITE")
 			}
 			if err == nil {
 				return
 			}
 			if sleep(rctx, settlePoll) != nil {
-				restoreErr = fmt.Errorf("redisproc: giving %s its PSYNC and SYNC back: %w", old.Addr(), err)
+				restoreErr = fmt.Errorf("redisproc: giving %s its PSYNC and SYNC back: %w", master.Addr(), err)
 				return
 			}
 		}
 	}
 	defer restore()
-	if _, err := old.Do(ctx, "CLIENT", "KILL", "TYPE", "replica"); err != nil {
+	if _, err := master.Do(ctx, "CLIENT", "KILL", "TYPE", "replica"); err != nil {
 		return nil, err
 	}
-	if err := write(old); err != nil {
+	if err := write(master); err != nil {
 		return nil, fmt.Errorf("redisproc: write before the failover: %w", err)
 	}
-	next, err := s.failover(ctx, restore)
+	next, err := failover(restore)
 	if err == nil {
 		err = restoreErr
 	}
