@@ -110,10 +110,31 @@ func noPerm(err error) bool {
 	return re != nil && strings.HasPrefix(re.Error(), "NOPERM")
 }
 
+// A probe's commands, by their place in it.
+const (
+	pClientID = iota
+	pClientKill
+	pServer
+	pReplication
+	pMemory
+	pStats
+	pCommandstats
+	pEpoch
+	pScriptLoad
+	pEvalsha
+	pConfig // may be denied: Info.ConfigDenied
+	pMulti  // may be denied, with pExec: Info.NoTransactions
+	pExec
+	probeCmds
+)
+
 // probeNeeds says, per command of a probe that redlease cannot do
-// without, why; the commands after them (CONFIG GET, MULTI, EXEC) may be
-// denied, at a cost (Info.ConfigDenied, Info.NoTransactions).
-var probeNeeds = []string{needClient, needClient, needInfo, needInfo, needInfo, needInfo, needInfo, needKeys, needScripts, needScripts}
+// without, why.
+var probeNeeds = [...]string{
+	pClientID: needClient, pClientKill: needClient,
+	pServer: needInfo, pReplication: needInfo, pMemory: needInfo, pStats: needInfo, pCommandstats: needInfo,
+	pEpoch: needKeys, pScriptLoad: needScripts, pEvalsha: needScripts,
+}
 
 const (
 	needClient  = "redlease needs CLIENT ID and CLIENT KILL: after a reconnect it kills the abandoned connection on the server, so that nothing sent on it (a failed round's cleanup, say) runs after what the new one sends (the retry's acquire, whose key it would delete)"
@@ -141,22 +162,21 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 		return Info{}, err
 	}
 	b := client.B()
-	cmds := rueidis.Commands{
-		b.ClientId().Build(),
-		b.ClientKill().Id(math.MaxInt64).Build(), // kills nobody: may it kill at all?
-		b.Info().Section("server").Build(),
-		b.Info().Section("replication").Build(),
-		b.Info().Section("memory").Build(),
-		b.Info().Section("stats").Build(),
-		b.Info().Section("commandstats").Build(),
-		b.Get().Key(epochKey).Build(),
-		b.ScriptLoad().Script(batchScript.body).Build(),
-		b.Evalsha().Sha1(batchScript.sha).Numkeys(1).Key(epochKey).Arg("", "").Build(), // a batch of no command
-		b.ConfigGet().Parameter("enable-debug-command").Build(),
-		// An ACL may deny either: a denied EXEC ends the transaction
-		// (EXECABORT), as TestACLDeniedCommands checks.
-		b.Multi().Build(), b.Exec().Build(),
-	}
+	cmds := make(rueidis.Commands, probeCmds)
+	cmds[pClientID] = b.ClientId().Build()
+	cmds[pClientKill] = b.ClientKill().Id(math.MaxInt64).Build() // kills nobody: may it kill at all?
+	cmds[pServer] = b.Info().Section("server").Build()
+	cmds[pReplication] = b.Info().Section("replication").Build()
+	cmds[pMemory] = b.Info().Section("memory").Build()
+	cmds[pStats] = b.Info().Section("stats").Build()
+	cmds[pCommandstats] = b.Info().Section("commandstats").Build()
+	cmds[pEpoch] = b.Get().Key(epochKey).Build()
+	cmds[pScriptLoad] = b.ScriptLoad().Script(batchScript.body).Build()
+	cmds[pEvalsha] = b.Evalsha().Sha1(batchScript.sha).Numkeys(1).Key(epochKey).Arg("", "").Build() // a batch of no command
+	cmds[pConfig] = b.ConfigGet().Parameter("enable-debug-command").Build()
+	// An ACL may deny either: a denied EXEC ends the transaction
+	// (EXECABORT), as TestACLDeniedCommands checks.
+	cmds[pMulti], cmds[pExec] = b.Multi().Build(), b.Exec().Build()
 	start := time.Now()
 	res := client.DoMulti(ctx, cmds...)
 	rtt := time.Since(start)
@@ -169,20 +189,20 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 			return Info{}, err
 		}
 	}
-	multi, exec := res[len(res)-2].Error(), res[len(res)-1].Error()
+	multi, exec := res[pMulti].Error(), res[pExec].Error()
 	info := Info{RTT: rtt, Addr: c.Addr(), Split: c.splitMasters(), NoTransactions: multi != nil || exec != nil}
-	info.ConnID, _ = res[0].AsInt64()
-	server, _ := res[2].ToString()
-	repl, _ := res[3].ToString()
-	memory, _ := res[4].ToString()
-	stats, _ := res[5].ToString()
-	commands, _ := res[6].ToString()
-	info.Epoch, _ = res[7].ToString()
+	info.ConnID, _ = res[pClientID].AsInt64()
+	server, _ := res[pServer].ToString()
+	repl, _ := res[pReplication].ToString()
+	memory, _ := res[pMemory].ToString()
+	stats, _ := res[pStats].ToString()
+	commands, _ := res[pCommandstats].ToString()
+	info.Epoch, _ = res[pEpoch].ToString()
 	info.Evicts = evicts(memory)
 	evicted, _ := redisinfo.Field(stats, "evicted_keys")
 	info.Evicted, _ = strconv.ParseInt(evicted, 10, 64)
 	info.Losses = losses(commands)
-	debug, err := res[10].AsStrMap()
+	debug, err := res[pConfig].AsStrMap()
 	info.Debug = err != nil || debug["enable-debug-command"] != "no"
 	info.ConfigDenied = err != nil
 	info.RunID, _ = redisinfo.Field(server, "run_id")
