@@ -10,11 +10,12 @@ import (
 
 	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/internal/testwait"
+	"github.com/redlease/redlease/node"
 )
 
 // sentinelNode is the Config.Nodes entry of s.
 func sentinelNode(s *redisproc.SentinelSet) string {
-	return "sentinel://" + strings.Join(s.SentinelAddrs(), ",") + "/" + s.Name
+	return node.Target{MasterSet: s.Name, Sentinels: s.SentinelAddrs()}.String()
 }
 
 // A node that is a Sentinel master set: a lease's key goes to its master.

@@ -390,7 +390,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			}
 			defer set.Close()
 			r.cluster.Nodes = append(r.cluster.Nodes, set.Servers[0]) // its master, while it is
-			r.sets[i], r.addrs[i] = set, node.SentinelScheme+strings.Join(set.SentinelAddrs(), ",")+"/"+set.Name
+			r.sets[i], r.addrs[i] = set, node.Target{MasterSet: set.Name, Sentinels: set.SentinelAddrs()}.String()
 		default:
 			return Report{}, fmt.Errorf("safety: node kind %q: the kinds are %q and %q", kind, Standalone, Sentinel)
 		}

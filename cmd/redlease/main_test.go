@@ -25,6 +25,7 @@ import (
 	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/leakcheck"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/node"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m, "redlease/", "rueidis", "protoactor") }
@@ -460,7 +461,7 @@ func TestSplitNodes(t *testing.T) {
 // deletes it, and after a failover nodes names the new master.
 func TestSentinelNode(t *testing.T) {
 	s := redisproc.StartSentinel(t, 1, 3)
-	spec := "sentinel://" + join(s.SentinelAddrs()...) + "/" + s.Name
+	spec := node.Target{MasterSet: s.Name, Sentinels: s.SentinelAddrs()}.String()
 	master, err := s.Master(t.Context())
 	if err != nil {
 		t.Fatal(err)
