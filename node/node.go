@@ -207,7 +207,7 @@ type entry struct {
 const overlapWires = 2
 
 // Behind a slow link. A node whose recent batches all took at least
-// slowLink to come back (link.floor) is behind a network hop, not the
+// slowLink to come back (link.slow) is behind a network hop, not the
 // loopback or a rack's switch, where the batches' own work makes their
 // round trip. There up to maxWire batches may be on the wire: a batch
 // goes, beside those out, with the commands whose keys they do not
@@ -224,32 +224,42 @@ const (
 
 // link is the smallest round trip of a node's batches in the last one or
 // two linkWindows: what the link costs, beyond the batches' own work.
+//
+// A link is slow only on a whole window's evidence, of linkSamples batches
+// at least: the first batches of a node (its script loaded, its marker
+// written, its process still warming) are slow on any link. A misjudged
+// slow link costs for good: the second batch it sends beside the first
+// turns rueidis' connection from writing and reading on the caller's
+// goroutine to its background writer and reader, for the connection's life
+// (measured on 5 nodes, contended: 0.87x the cycles/s of one batch at a
+// time).
 type link struct {
-	min, prev time.Duration
+	min, prev time.Duration // prev: the last whole window's, 0 if too few batches
+	n         int           // batches in this window
 	since     time.Time
 }
 
-const linkWindow = 500 * time.Millisecond
+const (
+	linkWindow  = 500 * time.Millisecond
+	linkSamples = 16
+)
 
 func (l *link) add(now time.Time, rtt time.Duration) {
 	if now.Sub(l.since) >= linkWindow {
-		l.prev, l.min, l.since = l.min, rtt, now
+		l.prev = 0
+		if l.n >= linkSamples {
+			l.prev = l.min
+		}
+		l.min, l.n, l.since = rtt, 1, now
 		return
 	}
 	l.min = min(l.min, rtt)
+	l.n++
 }
 
-// floor is the link's estimate: the smallest round trip of the window
-// and the one before.
-func (l *link) floor() time.Duration {
-	if l.prev > 0 {
-		return min(l.min, l.prev)
-	}
-	return l.min
-}
-
-// slow reports whether the node is behind a slow link.
-func (l *link) slow() bool { return l.floor() >= slowLink }
+// slow reports whether the node is behind a slow link: the smallest round
+// trip of the last whole window, and of this one, is slowLink or more.
+func (l *link) slow() bool { return l.prev > 0 && min(l.min, l.prev) >= slowLink }
 
 // overlapAt is how many queued commands make a second batch worth its
 // write: measured on one node, uncontended (go run ./bench -n 1 -clients

@@ -682,7 +682,7 @@ func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 	a = queue(false, "b")
 	a.wires = 1
 	now := time.Now()
-	a.link.add(now, slowLink)
+	window(&a.link, now, slowLink)
 	a.lastSent = now
 	a.deepSet = true // as if its timer were set: this actor has no system to tick it
 	a.flush()
@@ -696,11 +696,49 @@ func TestFlushHoldsKeysOnTheWire(t *testing.T) {
 	}
 	a = queue(false, "b")
 	a.wires = 1
-	a.link.add(now, slowLink-time.Microsecond)
+	window(&a.link, now, slowLink-time.Microsecond)
 	a.lastSent = now.Add(-time.Second)
 	a.flush()
 	if len(a.work) != 0 {
 		t.Fatal("a second batch on a fast link")
+	}
+}
+
+// window gives l a whole window of linkSamples round trips of rtt, then
+// one more in the next.
+func window(l *link, now time.Time, rtt time.Duration) {
+	for range linkSamples {
+		l.add(now.Add(-linkWindow), rtt)
+	}
+	l.add(now, rtt)
+}
+
+// A link is slow only on a whole window's evidence: a node's first
+// batches, or a window of a few, do not make it so, and one fast batch in
+// either window makes it fast.
+func TestSlowLinkEvidence(t *testing.T) {
+	now := time.Now()
+	var l link
+	l.add(now, time.Second)
+	if l.slow() {
+		t.Fatal("slow on one batch")
+	}
+	l = link{}
+	for range linkSamples - 1 {
+		l.add(now.Add(-linkWindow), slowLink)
+	}
+	l.add(now, slowLink)
+	if l.slow() {
+		t.Fatalf("slow on a window of %d batches", linkSamples-1)
+	}
+	l = link{}
+	window(&l, now, slowLink)
+	if !l.slow() {
+		t.Fatal("not slow on a whole slow window")
+	}
+	l.add(now, slowLink-time.Microsecond)
+	if l.slow() {
+		t.Fatal("slow after a fast batch")
 	}
 }
 
