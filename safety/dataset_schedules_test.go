@@ -298,6 +298,40 @@ func TestScheduleReloadInPlace(t *testing.T) {
 	})
 }
 
+// 3b. "A reload where CONFIG is denied." A managed node's ACL may refuse
+// CONFIG GET: an engine then cannot read enable-debug-command and must
+// take DEBUG as possible (node.Info.ConfigDenied), so that its batches
+// count the node's losses. The contender met the nodes with CONFIG
+// denied, and probes no more. SAVE on node 1; E2 takes R on nodes 1 and
+// 2; DEBUG RELOAD NOSAVE rolls node 1 back to the snapshot in place, the
+// marker as it was and R's key gone. Were DEBUG taken as disabled, the
+// contender's batch would find the marker it requires on node 1 and hold
+// R through nodes 1 and 3 beside E2 (the acl fault kind's bug class).
+func TestScheduleReloadWhereConfigIsDenied(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	seedEpoch(t, c)
+	ctx := t.Context()
+	for _, n := range c.Nodes {
+		if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "-config"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const resource = "reload-config-denied"
+	cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
+	e2 := newEngine(t, cfg)
+	contender := newEngine(t, cfg)
+	h := newHolders(t, c, resource)
+	if err := c.Nodes[0].Save(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.takeOnTwo("E2", e2)
+	if _, err := c.Nodes[0].Do(ctx, "DEBUG", "RELOAD", "NOSAVE"); err != nil {
+		t.Fatal(err)
+	}
+	h.mustOwn(0, "")
+	h.lastTry("contender", func() (*engine.Lease, error) { return contender.TryAcquire(ctx, resource) })
+}
+
 // 4. "A connection that outlives its process." The contender reaches
 // node 1 through a proxy that keeps client connections when the process
 // behind it changes (KeepProxy), and probed node 1 through it. E2 takes R

@@ -64,7 +64,9 @@
 //     until Sentinel demotes it (only on the master sets of
 //     Config.Topology; the other kinds hit standalone nodes only);
 //   - acl: a node's user loses pub/sub, transactions and CONFIG for a
-//     while, as a managed node's may;
+//     while, as a managed node's may; half the time the node also
+//     reloads in place meanwhile, when engines cannot read whether DEBUG
+//     runs;
 //
 // and some holders pause past their validity before writing. A third of
 // the unfenced holders take their leases with TryAcquire, again after a

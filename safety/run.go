@@ -103,7 +103,7 @@ const (
 	// FaultACL: the node's user loses pub/sub, transactions and CONFIG
 	// for a while (ACL SETUSER), as a managed node's may: releases grant
 	// nobody there, acquires that went plain are asked again through the
-	// script.
+	// script; half the time it also reloads in place meanwhile (acl).
 	FaultACL = "acl"
 )
 
@@ -1056,14 +1056,31 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 	case FaultSentinelFailover:
 		return r.sentinelFailover(ctx, k, hold)
 	case FaultACL:
-		if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "-@pubsub", "-@transaction", "-config"); err != nil {
-			return err
-		}
-		sleep(ctx, hold)
-		_, err := n.Do(context.WithoutCancel(ctx), "ACL", "SETUSER", "default", "+@all")
-		return err
+		return r.acl(ctx, rng, k, hold)
 	}
 	return nil
+}
+
+// acl takes pub/sub, transactions and CONFIG from node k's default user
+// for hold (FaultACL). Half the time, once the engines' probes have met
+// the denial, the node also reloads in place (as reload does): with
+// CONFIG denied the engines cannot read whether DEBUG runs, and must
+// count the node's losses in every batch as if it did.
+func (r *run) acl(ctx context.Context, rng *rand.Rand, k int, hold time.Duration) (err error) {
+	n := r.cluster.Nodes[k]
+	if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "-@pubsub", "-@transaction", "-config"); err != nil {
+		return err
+	}
+	defer func() {
+		_, restored := n.Do(context.WithoutCancel(ctx), "ACL", "SETUSER", "default", "+@all")
+		err = errors.Join(err, restored)
+	}()
+	if rng.IntN(2) == 0 {
+		sleep(ctx, hold)
+		return nil
+	}
+	sleep(ctx, engine.DefaultHealthInterval+workHealth) // every engine probed it
+	return r.reload(ctx, k, hold)
 }
 
 // sentinelFailover fails master set k over to its replica, which misses
