@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redlease/redlease/internal/hashslot"
 )
 
 // SlotMigration is a slot on its way from one master to another, as
@@ -178,11 +180,11 @@ func (c *RedisCluster) MigrateSlot(ctx context.Context, slot int, to *Node) erro
 	return m.Finish(ctx)
 }
 
-// inSlot fails unless every key is in slot.
-func inSlot(slot int, keys []string) error {
+// inSlot fails unless every key is in slot want.
+func inSlot(want int, keys []string) error {
 	for _, k := range keys {
-		if s := Slot(k); s != slot {
-			return fmt.Errorf("redisproc: key %q is in slot %d, not %d", k, s, slot)
+		if s := hashslot.Of(k); s != want {
+			return fmt.Errorf("redisproc: key %q is in slot %d, not %d", k, s, want)
 		}
 	}
 	return nil

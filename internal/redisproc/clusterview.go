@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redlease/redlease/internal/hashslot"
 	"github.com/redlease/redlease/internal/redisinfo"
 )
 
@@ -60,7 +61,7 @@ func (e *clusterEntry) ranges() [][2]int {
 		if !isRange {
 			b, err2 = a, nil
 		}
-		if err1 == nil && err2 == nil && 0 <= a && a <= b && b < HashSlots {
+		if err1 == nil && err2 == nil && 0 <= a && a <= b && b < hashslot.Count {
 			out = append(out, [2]int{a, b})
 		}
 	}
@@ -328,8 +329,8 @@ func mapValues(m map[*Node]error) []error {
 // that say they serve it, the one with the greatest config epoch, as
 // Redis Cluster settles conflicting claims; nil when none says it does.
 func owners(claims []claim) ([]*Node, error) {
-	won := make([]*claim, HashSlots)
-	tie := make([]bool, HashSlots)
+	won := make([]*claim, hashslot.Count)
+	tie := make([]bool, hashslot.Count)
 	for i, cl := range claims {
 		if cl.self.replica {
 			continue
@@ -345,7 +346,7 @@ func owners(claims []claim) ([]*Node, error) {
 			}
 		}
 	}
-	nodes := make([]*Node, HashSlots)
+	nodes := make([]*Node, hashslot.Count)
 	for slot, cl := range won {
 		if tie[slot] {
 			return nil, fmt.Errorf("redisproc: masters of the Redis Cluster claim slot %d with the same epoch %d", slot, cl.self.epoch)

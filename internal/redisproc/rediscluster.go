@@ -11,12 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlease/redlease/internal/hashslot"
+
 	"github.com/redis/rueidis"
 )
-
-// HashSlots is the number of hash slots of a Redis Cluster: every key
-// belongs to the slot Slot gives it.
-const HashSlots = 16384
 
 // The settings and timings of a RedisCluster.
 const (
@@ -131,8 +129,8 @@ type member struct {
 // over hosts, and on one host shuffles them), it waits on the cluster's
 // state where redis-cli sleeps, and it does not need redis-cli.
 func StartRedisCluster(masters, replicasEach int) (*RedisCluster, error) {
-	if masters < 1 || masters > HashSlots || replicasEach < 0 {
-		return nil, fmt.Errorf("redisproc: a Redis Cluster needs 1 to %d masters and replicasEach >= 0, got %d and %d", HashSlots, masters, replicasEach)
+	if masters < 1 || masters > hashslot.Count || replicasEach < 0 {
+		return nil, fmt.Errorf("redisproc: a Redis Cluster needs 1 to %d masters and replicasEach >= 0, got %d and %d", hashslot.Count, masters, replicasEach)
 	}
 	bin, err := system.find(redisServerTool)
 	if err != nil {
@@ -275,7 +273,7 @@ func (c *RedisCluster) form(ctx context.Context, masters, replicasEach int) erro
 
 // masterSlots returns the first and last slot of master i of masters.
 func masterSlots(i, masters int) (first, last int) {
-	return i * HashSlots / masters, (i+1)*HashSlots/masters - 1
+	return i * hashslot.Count / masters, (i+1)*hashslot.Count/masters - 1
 }
 
 // slotRange writes a range of slots as CLUSTER NODES does.
@@ -337,36 +335,6 @@ func (c *RedisCluster) byID(id string) *Node {
 	return nil
 }
 
-// Slot returns the hash slot of key, as Redis Cluster computes it: the
-// CRC16 (XMODEM) of the key modulo 16384, where a key holding a non-empty
-// hash tag, the text between its first '{' and the first '}' after it,
-// hashes only the tag ("{user1}.a" and "{user1}.b" share a slot).
-func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	return int(crc16(key)) & (HashSlots - 1)
-}
-
-// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial value 0), the CRC
-// of Redis's crc16.c.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
 // ReadOnlyGet is Get on a connection in READONLY mode, for a replica of a
 // Redis Cluster: it answers from its own dataset instead of redirecting to
 // its master (MOVED). The connection is back to READWRITE afterwards.
@@ -396,7 +364,7 @@ func (n *Node) ReadOnlyGet(ctx context.Context, key string) (value string, ok bo
 // heard. During a migration the slot's master is the source until
 // Finish.
 func (c *RedisCluster) MasterOf(ctx context.Context, slot int) (*Node, error) {
-	if slot < 0 || slot >= HashSlots {
+	if slot < 0 || slot >= hashslot.Count {
 		return nil, fmt.Errorf("redisproc: no slot %d", slot)
 	}
 	nodes, err := c.owners(ctx)

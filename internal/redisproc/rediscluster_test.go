@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redlease/redlease/internal/hashslot"
 )
 
 // clusterQuiet fails the test if a server's log shows a hitch: a node
@@ -49,7 +51,7 @@ func keyOn(t *testing.T, ctx context.Context, c *RedisCluster, master *Node, pre
 	t.Helper()
 	for i := range 1000 {
 		k := fmt.Sprintf("%s%d", prefix, i)
-		if m, err := c.MasterOf(ctx, Slot(k)); err != nil {
+		if m, err := c.MasterOf(ctx, hashslot.Of(k)); err != nil {
 			t.Fatal(err)
 		} else if m == master {
 			return k
@@ -106,26 +108,6 @@ func askingDo(ctx context.Context, n *Node, args ...string) (any, error) {
 	return res[1].ToAny()
 }
 
-func TestSlot(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		key  string
-		want int
-	}{
-		{"", 0},
-		{"foo", 12182},       // Redis's documentation
-		{"123456789", 12739}, // CRC16/XMODEM check value 0x31C3, mod 16384
-		{"{user1000}.following", Slot("user1000")},
-		{"foo{}{bar}", Slot("foo{}{bar}")}, // an empty tag: the whole key
-		{"foo{{bar}}zap", Slot("{bar")},
-		{"foo{bar}{zap}", Slot("bar")},
-	} {
-		if got := Slot(tt.key); got != tt.want {
-			t.Errorf("Slot(%q) = %d, want %d", tt.key, got, tt.want)
-		}
-	}
-}
-
 // TestRedisCluster checks a started cluster, then moves slots, then
 // restarts servers, on one cluster: each start takes 2s.
 func TestRedisCluster(t *testing.T) {
@@ -176,7 +158,7 @@ func TestRedisCluster(t *testing.T) {
 			master, replica := c.Servers[i], c.Servers[3+i]
 			k := keyOn(t, ctx, c, master, "k")
 			replicatedTo(t, ctx, master, k, replica)
-			want := fmt.Sprintf("MOVED %d %s", Slot(k), master.Addr())
+			want := fmt.Sprintf("MOVED %d %s", hashslot.Of(k), master.Addr())
 			if _, _, err := replica.Get(ctx, k); err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("plain GET on the replica: %v; want %s", err, want)
 			}
@@ -196,8 +178,8 @@ func TestRedisCluster(t *testing.T) {
 			keys = append(keys, string(b))
 		}
 		for _, k := range keys {
-			if v, err := c.Servers[0].Do(ctx, "CLUSTER", "KEYSLOT", k); err != nil || v != int64(Slot(k)) {
-				t.Errorf("CLUSTER KEYSLOT %q = %v, %v; Slot = %d", k, v, err, Slot(k))
+			if v, err := c.Servers[0].Do(ctx, "CLUSTER", "KEYSLOT", k); err != nil || v != int64(hashslot.Of(k)) {
+				t.Errorf("CLUSTER KEYSLOT %q = %v, %v; Slot = %d", k, v, err, hashslot.Of(k))
 			}
 		}
 	})
@@ -215,7 +197,7 @@ func TestRedisCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if err := c.MigrateSlot(ctx, Slot(k), to); err != nil {
+		if err := c.MigrateSlot(ctx, hashslot.Of(k), to); err != nil {
 			t.Fatal(err)
 		}
 		took := time.Since(start)
@@ -224,8 +206,8 @@ func TestRedisCluster(t *testing.T) {
 		if err != nil || after > before || after < before-took-100*time.Millisecond {
 			t.Fatalf("PTTL after MigrateSlot = %v, %v; before %v, and the move took %v", after, err, before, took)
 		}
-		wantShard(t, ctx, c, Slot(k), to, c.Servers[4])
-		if _, _, err := from.Get(ctx, k); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("MOVED %d %s", Slot(k), to.Addr())) {
+		wantShard(t, ctx, c, hashslot.Of(k), to, c.Servers[4])
+		if _, _, err := from.Get(ctx, k); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("MOVED %d %s", hashslot.Of(k), to.Addr())) {
 			t.Errorf("GET on the former master: %v; want MOVED to %s", err, to.Addr())
 		}
 		if v, ok, err := c.Servers[4].ReadOnlyGet(ctx, k); err != nil || !ok || v != "v" {
@@ -235,7 +217,7 @@ func TestRedisCluster(t *testing.T) {
 		// Half moved: one key moved, one not.
 		tag := keyOn(t, ctx, c, from, "")
 		moved, stays := "{"+tag+"}moved", "{"+tag+"}stays"
-		slot := Slot(tag)
+		slot := hashslot.Of(tag)
 		for _, key := range []string{moved, stays} {
 			if err := from.Set(ctx, key, key, ttl); err != nil {
 				t.Fatal(err)
@@ -309,7 +291,7 @@ func TestRedisCluster(t *testing.T) {
 				t.Fatalf("after the restart of %s: %v", n.Addr(), err)
 			}
 			t.Logf("%s settled %v after its Restart began", n.Addr(), time.Since(start))
-			wantShard(t, ctx, c, Slot(k), master, replica)
+			wantShard(t, ctx, c, hashslot.Of(k), master, replica)
 			if n == replica { // it got the key back from its master
 				if v, ok, err := replica.ReadOnlyGet(ctx, k); err != nil || !ok || v != "v" {
 					t.Errorf("restarted replica: GET %s = %q, %v, %v", k, v, ok, err)
@@ -417,7 +399,7 @@ func TestRedisClusterFailoverLosingWrites(t *testing.T) {
 		if next != replica {
 			t.Fatalf("promoted %s, want %s", next.Addr(), replica.Addr())
 		}
-		wantShard(t, ctx, c, Slot(lost), next, old)
+		wantShard(t, ctx, c, hashslot.Of(lost), next, old)
 		for _, n := range []*Node{old, next} {
 			// KEYS answers from the server's own dataset, replica or not.
 			keys, err := n.Keys(ctx, "*")
