@@ -267,69 +267,62 @@ func TestScheduleFailbackToAStalePrimary(t *testing.T) {
 // 3. "An in-place rollback." Node 1 is snapshotted (SAVE: marker, no
 // lease); E2 takes R on nodes 1 and 2; DEBUG RELOAD NOSAVE reloads node
 // 1 from the snapshot: same process, same run id, same marker, E2's key
-// gone. A contender, new or running through it (probing often), must not
-// take R through nodes 1 and 3.
+// gone. A contender, new or running through it (probing often, or not at
+// all where CONFIG is denied: reloadInPlace), must not take R through
+// nodes 1 and 3.
 func TestScheduleReloadInPlace(t *testing.T) {
 	withContenders(t, func(t *testing.T, c *redisproc.Cluster, running bool) {
-		ctx := t.Context()
-		const resource = "reload"
-		cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
-		e2 := newEngine(t, cfg)
-		probing, contender := probingContender(t, cfg, running)
-		h := newHolders(t, c, resource)
-		if err := c.Nodes[0].Save(ctx); err != nil {
-			t.Fatal(err)
-		}
-		h.takeOnTwo("E2", e2)
-
-		if _, err := c.Nodes[0].Do(ctx, "DEBUG", "RELOAD", "NOSAVE"); err != nil {
-			t.Fatal(err)
-		}
-		h.mustOwn(0, "")
-		if running {
-			waitProbes(t, c.Nodes[0], 2)
-		}
-		h.lastTry("contender", func() (*engine.Lease, error) {
-			if contender == nil {
-				contender = newEngine(t, probing)
-			}
-			return contender.TryAcquire(ctx, resource)
-		})
+		reloadInPlace(t, c, running, false)
+	})
+	t.Run("running engine, CONFIG denied", func(t *testing.T) {
+		c := redisproc.Start(t, 3)
+		seedEpoch(t, c)
+		reloadInPlace(t, c, true, true)
 	})
 }
 
-// 3b. "A reload where CONFIG is denied." A managed node's ACL may refuse
-// CONFIG GET: an engine then cannot read enable-debug-command and must
-// take DEBUG as possible (node.Info.ConfigDenied), so that its batches
-// count the node's losses. The contender met the nodes with CONFIG
-// denied, and probes no more. SAVE on node 1; E2 takes R on nodes 1 and
-// 2; DEBUG RELOAD NOSAVE rolls node 1 back to the snapshot in place, the
-// marker as it was and R's key gone. Were DEBUG taken as disabled, the
-// contender's batch would find the marker it requires on node 1 and hold
-// R through nodes 1 and 3 beside E2 (the acl fault kind's bug class).
-func TestScheduleReloadWhereConfigIsDenied(t *testing.T) {
-	c := redisproc.Start(t, 3)
-	seedEpoch(t, c)
+// reloadInPlace is TestScheduleReloadInPlace's schedule. configDenied:
+// the nodes' ACL refuses CONFIG GET, so that an engine cannot read
+// enable-debug-command and must take DEBUG as possible
+// (node.Info.ConfigDenied); the contender meets the nodes so and probes no
+// more, and its batch on node 1 must count the node's losses. Were DEBUG
+// taken as disabled there, it would find the marker it requires and hold
+// R beside E2 (the acl fault kind's bug class).
+func reloadInPlace(t *testing.T, c *redisproc.Cluster, running, configDenied bool) {
 	ctx := t.Context()
-	for _, n := range c.Nodes {
-		if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "-config"); err != nil {
-			t.Fatal(err)
+	if configDenied {
+		for _, n := range c.Nodes {
+			if _, err := n.Do(ctx, "ACL", "SETUSER", "default", "-config"); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	const resource = "reload-config-denied"
+	const resource = "reload"
 	cfg := engine.Config{Nodes: c.Addrs(), TTL: 5 * time.Second, HealthInterval: time.Hour}
 	e2 := newEngine(t, cfg)
-	contender := newEngine(t, cfg)
+	probing, contender := probingContender(t, cfg, running && !configDenied)
+	if configDenied {
+		contender = newEngine(t, cfg)
+	}
 	h := newHolders(t, c, resource)
 	if err := c.Nodes[0].Save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	h.takeOnTwo("E2", e2)
+
 	if _, err := c.Nodes[0].Do(ctx, "DEBUG", "RELOAD", "NOSAVE"); err != nil {
 		t.Fatal(err)
 	}
 	h.mustOwn(0, "")
-	h.lastTry("contender", func() (*engine.Lease, error) { return contender.TryAcquire(ctx, resource) })
+	if running && !configDenied {
+		waitProbes(t, c.Nodes[0], 2)
+	}
+	h.lastTry("contender", func() (*engine.Lease, error) {
+		if contender == nil {
+			contender = newEngine(t, probing)
+		}
+		return contender.TryAcquire(ctx, resource)
+	})
 }
 
 // 4. "A connection that outlives its process." The contender reaches
