@@ -31,7 +31,8 @@ const SentinelScheme = "sentinel://"
 // acquire there, keys the new master will never have. So the quarantine
 // lasts until Quarantine after the last probe that saw one (the safety
 // checker's sentinel failover found overlaps in that gap when the
-// quarantine was timed from the switch alone).
+// quarantine was timed from the switch alone, with Sentinel's default
+// periods too: its sentinel-default topology).
 //
 // Sentinel's own limit stays: a former master cut off from the sentinels
 // (they flag it down) but not from some clients keeps taking their writes

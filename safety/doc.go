@@ -62,7 +62,9 @@
 //     its master while leases come and go, then promoted, while a laggard
 //     engine that probes every 2s keeps acquiring on the former master
 //     until Sentinel demotes it (only on the master sets of
-//     Config.Topology; the other kinds hit standalone nodes only);
+//     Config.Topology, Sentinel or SentinelDefault, whose sentinels run
+//     with Sentinel's own periods; the other kinds hit standalone nodes
+//     only);
 //   - acl: a node's user loses pub/sub, transactions and CONFIG for a
 //     while, as a managed node's may; half the time the node also
 //     reloads in place meanwhile, when engines cannot read whether DEBUG

@@ -121,8 +121,14 @@ const (
 	// Standalone: one redis-server process, reached through a proxy.
 	Standalone = "standalone"
 	// Sentinel: a Sentinel master set (a master, a replica and three
-	// sentinels), reached by its sentinels (sentinel://...).
+	// sentinels), reached by its sentinels (sentinel://...). Its
+	// sentinels run with short periods (redisproc.FastSentinel).
 	Sentinel = "sentinel"
+	// SentinelDefault: a Sentinel master set whose sentinels run with
+	// Sentinel's own periods (redisproc.DefaultSentinel): after a
+	// failover the former master stays writable up to 18s, not ~1s. Each
+	// failover takes some 20s.
+	SentinelDefault = "sentinel-default"
 )
 
 // onMasterSets reports whether a fault of kind hits master sets (and
@@ -136,9 +142,10 @@ type Config struct {
 	// (free ports, temporary directories), breaks, and stops at the end.
 	// [5, or len(Topology)]
 	Nodes int
-	// Topology gives the kind of each node, Standalone or Sentinel; nil:
-	// Nodes standalone nodes. Each fault kind hits the nodes of its kind
-	// (onMasterSets); one that finds none is not injected.
+	// Topology gives the kind of each node, Standalone, Sentinel or
+	// SentinelDefault; nil: Nodes standalone nodes. Each fault kind hits
+	// the nodes of its kind (onMasterSets); one that finds none is not
+	// injected.
 	Topology  []string
 	Duration  time.Duration // [30s]
 	Engines   int           // engines at the start [3]
@@ -383,8 +390,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			defer p.Close()
 			r.cluster.Nodes = append(r.cluster.Nodes, c.Nodes[0])
 			r.proxies[i], r.addrs[i] = p, p.Addr()
-		case Sentinel:
-			set, err := redisproc.StartSentinelSet(1, 3)
+		case Sentinel, SentinelDefault:
+			periods := redisproc.FastSentinel
+			if kind == SentinelDefault {
+				periods = redisproc.DefaultSentinel
+			}
+			set, err := redisproc.StartSentinelSetWith(1, 3, periods)
 			if err != nil {
 				return Report{}, fmt.Errorf("safety: %w", err)
 			}
@@ -392,7 +403,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			r.cluster.Nodes = append(r.cluster.Nodes, set.Servers[0]) // its master, while it is
 			r.sets[i], r.addrs[i] = set, node.Target{MasterSet: set.Name, Sentinels: set.SentinelAddrs()}.String()
 		default:
-			return Report{}, fmt.Errorf("safety: node kind %q: the kinds are %q and %q", kind, Standalone, Sentinel)
+			return Report{}, fmt.Errorf("safety: node kind %q: the kinds are %q, %q and %q", kind, Standalone, Sentinel, SentinelDefault)
 		}
 	}
 	r.log = newEngineLog(r.addrs)
@@ -536,8 +547,11 @@ const (
 	// maxJoined bounds the engines that joined mid-run; the oldest retires.
 	maxJoined = 2
 	// laggardHealth is the health interval of sentinelFailover's laggard:
-	// longer than Sentinel takes to demote a former master.
-	laggardHealth = 2 * time.Second
+	// longer than Sentinel takes to demote a former master (about 1s with
+	// FastSentinel's periods; up to 18s with DefaultSentinel's, hence
+	// laggardHealthDefault on a topology with a SentinelDefault set).
+	laggardHealth        = 2 * time.Second
+	laggardHealthDefault = 20 * time.Second
 )
 
 type run struct {
@@ -1092,7 +1106,11 @@ func (r *run) acl(ctx context.Context, rng *rand.Rand, k int, hold time.Duration
 func (r *run) sentinelFailover(ctx context.Context, k int, hold time.Duration) error {
 	set := r.sets[k]
 	if r.laggard == nil {
-		e, err := r.startEngine("laggard", engine.Config{Nodes: r.addrs, TTL: r.cfg.TTL, HealthInterval: laggardHealth})
+		health := laggardHealth
+		if slices.Contains(r.cfg.Topology, SentinelDefault) {
+			health = laggardHealthDefault
+		}
+		e, err := r.startEngine("laggard", engine.Config{Nodes: r.addrs, TTL: r.cfg.TTL, HealthInterval: health})
 		if err != nil {
 			return err
 		}

@@ -47,22 +47,6 @@ const (
 	// covers two INFO rounds with room for a loaded machine, and it keeps
 	// the pause after a lost election of an automatic failover to 4s.
 	sentinelFailoverTimeout = 2 * time.Second
-	// sentinelInfoPeriod is how often a sentinel sends INFO to the master
-	// and replicas when nothing fails (SENTINEL DEBUG info-period; 10s by
-	// default): it finds replicas and their role changes that fast.
-	sentinelInfoPeriod = 500 * time.Millisecond
-	// sentinelPublishPeriod is how often a sentinel publishes its hello
-	// message (SENTINEL DEBUG publish-period; 2s by default): sentinels
-	// find each other and learn a new master that fast, and a sentinel
-	// turns a former master that is still a master into a replica of the
-	// new one four periods after it sees it.
-	sentinelPublishPeriod = 250 * time.Millisecond
-	// sentinelPingPeriod is how often a sentinel pings every server and
-	// sentinel, and reconnects a dropped link (SENTINEL DEBUG ping-period;
-	// 1s by default). Sentinel drops every client of a server it
-	// reconfigures, its own links too: reconnecting within half of
-	// down-after keeps it from thinking the new master down.
-	sentinelPingPeriod = 500 * time.Millisecond
 	// setTimeout bounds StartSentinelSet.
 	setTimeout = 30 * time.Second
 	// queryTimeout bounds one question to one sentinel in Master, so that
@@ -70,6 +54,36 @@ const (
 	queryTimeout = time.Second
 	// settlePoll is how often a set's state is read while waiting.
 	settlePoll = 50 * time.Millisecond
+)
+
+// SentinelPeriods are how often a SentinelSet's sentinels send INFO,
+// publish hello messages and ping: SENTINEL DEBUG info-period,
+// publish-period and ping-period, set again at every sentinel's start.
+type SentinelPeriods struct {
+	// Info is how often a sentinel sends INFO to the master and replicas
+	// when nothing fails: it finds replicas and their role changes that
+	// fast.
+	Info time.Duration
+	// Publish is how often a sentinel publishes its hello message:
+	// sentinels find each other and learn a new master that fast, and a
+	// sentinel turns a former master that is still a master into a
+	// replica of the new one four periods after it sees it.
+	Publish time.Duration
+	// Ping is how often a sentinel pings every server and sentinel, and
+	// reconnects a dropped link. Sentinel drops every client of a server
+	// it reconfigures, its own links too: reconnecting within half of
+	// down-after keeps it from thinking the new master down.
+	Ping time.Duration
+}
+
+var (
+	// FastSentinel are the periods StartSentinelSet uses: short, for
+	// loopback, where Sentinel's own only make tests slow.
+	FastSentinel = SentinelPeriods{Info: 500 * time.Millisecond, Publish: 250 * time.Millisecond, Ping: 500 * time.Millisecond}
+	// DefaultSentinel are Sentinel's own: a former master that a failover
+	// left writable is read every 10s and demoted 8s after, as in
+	// production.
+	DefaultSentinel = SentinelPeriods{Info: 10 * time.Second, Publish: 2 * time.Second, Ping: time.Second}
 )
 
 // SentinelSet is a Redis master with replicas and the sentinels that watch
@@ -90,8 +104,7 @@ const (
 // own port and in its own directory. Sentinels rewrite that file with what
 // they learn (their id, the replicas, the other sentinels, epochs), so a
 // restarted sentinel knows the set at once. Its timings are short (see
-// sentinelDownAfter and the constants beside it); the ones that only
-// SENTINEL DEBUG sets are set again on every start.
+// sentinelDownAfter and the constants beside it, and FastSentinel).
 type SentinelSet struct {
 	// Name is the master set's name, as the sentinels monitor it.
 	Name string
@@ -110,6 +123,11 @@ type SentinelSet struct {
 // replica and every other sentinel, so that a failover can run at once.
 // On any error it stops what it started.
 func StartSentinelSet(replicas, sentinels int) (*SentinelSet, error) {
+	return StartSentinelSetWith(replicas, sentinels, FastSentinel)
+}
+
+// StartSentinelSetWith is StartSentinelSet with the sentinels' periods.
+func StartSentinelSetWith(replicas, sentinels int, periods SentinelPeriods) (*SentinelSet, error) {
 	if replicas < 0 || sentinels < 1 {
 		return nil, fmt.Errorf("redisproc: a sentinel set needs replicas >= 0 and sentinels >= 1, got %d and %d", replicas, sentinels)
 	}
@@ -140,7 +158,7 @@ func StartSentinelSet(replicas, sentinels int) (*SentinelSet, error) {
 		return nil, err
 	}
 	for range sentinels {
-		sn, err := newSentinel(bin, s.Name, master, sentinels/2+1, replicas)
+		sn, err := newSentinel(bin, s.Name, master, sentinels/2+1, replicas, periods)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -183,7 +201,7 @@ func newSetServer(bin string, master *Node) (*Node, error) {
 }
 
 // newSentinel starts a sentinel that monitors master as name.
-func newSentinel(bin, name string, master *Node, quorum, replicas int) (*Node, error) {
+func newSentinel(bin, name string, master *Node, quorum, replicas int, periods SentinelPeriods) (*Node, error) {
 	return startNode(&Node{bin: bin}, func(n *Node) error {
 		// Port, bind address, protected mode and directory come from the
 		// command line, as for every node; the sentinel writes them into
@@ -198,9 +216,9 @@ func newSentinel(bin, name string, master *Node, quorum, replicas int) (*Node, e
 		n.args = []string{"--sentinel"}
 		n.started = func(addr string) error {
 			_, err := command(addr, "SENTINEL", "DEBUG",
-				"info-period", strconv.FormatInt(sentinelInfoPeriod.Milliseconds(), 10),
-				"ping-period", strconv.FormatInt(sentinelPingPeriod.Milliseconds(), 10),
-				"publish-period", strconv.FormatInt(sentinelPublishPeriod.Milliseconds(), 10))
+				"info-period", strconv.FormatInt(periods.Info.Milliseconds(), 10),
+				"ping-period", strconv.FormatInt(periods.Ping.Milliseconds(), 10),
+				"publish-period", strconv.FormatInt(periods.Publish.Milliseconds(), 10))
 			return err
 		}
 		return writeConf(n.conf, conf)
