@@ -88,7 +88,7 @@
 // process's master_replid (one INFO replication per such batch, a few
 // microseconds of the node's time) and, on a process that may run DEBUG
 // (enable-debug-command is not "no": an immutable setting the probe
-// reads), its losses too (INFO commandstats, tens of microseconds: on 5
+// reads; or unknown, where an ACL denies CONFIG GET), its losses too (INFO commandstats, tens of microseconds: on 5
 // test nodes on 2 cores a single caller's cycle went from 229 to 385µs
 // with it); a mismatch answers -1,
 // which quarantines the node from then and asks for a probe.

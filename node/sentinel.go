@@ -139,37 +139,57 @@ func (s *sentinels) master(ctx context.Context) (string, []string, error) {
 		}
 		break
 	}
-	best, votes := "", 0
+	votes := make(map[string]int, len(named))
 	for _, a := range named {
-		if n := countOf(named, a); a != "" && n > votes {
-			best, votes = a, n
+		if a != "" {
+			votes[a]++
 		}
 	}
-	if best == "" || votes < len(s.addrs)/2+1 {
-		return "", nil, fmt.Errorf("fewer than a majority of the sentinels of %q (%d of %d) name one master %q: %w",
-			s.name, votes, len(s.addrs), best, errors.Join(errs...))
+	best, most := "", 0
+	for a, n := range votes {
+		if n > most {
+			best, most = a, n
+		}
 	}
-	listed, unread := map[string]int{}, map[string]int{}
-	var others []string
+	if most < len(s.addrs)/2+1 { // a majority names one master, or none does
+		return "", nil, fmt.Errorf("fewer than a majority of the sentinels of %q (%d of %d) name one master %q: %w",
+			s.name, most, len(s.addrs), best, errors.Join(errs...))
+	}
+	return best, stillMasters(best, seen), nil
+}
+
+// stillMasters returns, sorted, the servers other than master that the
+// sentinels' views of the set's replicas (seen, one per sentinel that
+// answered) say may still answer as a master: one that a sentinel saw
+// answer so, or one that no sentinel listing it has read yet.
+func stillMasters(master string, seen []map[string]seenAs) []string {
+	type tally struct {
+		listed, unread int  // sentinels that list it; of those, that have not read it
+		master         bool // some sentinel saw it answer as a master
+	}
+	servers := map[string]*tally{}
 	for _, m := range seen {
 		for addr, as := range m {
-			listed[addr]++
-			switch {
-			case as == seenMaster && !slices.Contains(others, addr):
-				others = append(others, addr)
-			case as == seenUnread:
-				unread[addr]++
+			t := servers[addr]
+			if t == nil {
+				t = &tally{}
+				servers[addr] = t
+			}
+			t.listed++
+			t.master = t.master || as == seenMaster
+			if as == seenUnread {
+				t.unread++
 			}
 		}
 	}
-	for addr, n := range unread {
-		if n == listed[addr] && !slices.Contains(others, addr) {
+	var others []string
+	for addr, t := range servers {
+		if addr != master && (t.master || t.unread == t.listed) {
 			others = append(others, addr)
 		}
 	}
-	others = slices.DeleteFunc(others, func(a string) bool { return a == best })
 	slices.Sort(others)
-	return best, others, nil
+	return others
 }
 
 // seenAs is what a sentinel says of a replica of the set.
@@ -180,16 +200,6 @@ const (
 	seenMaster                // answers as a master, and is not down
 	seenUnread                // not read yet (info-refresh 0), not down
 )
-
-func countOf(xs []string, x string) int {
-	n := 0
-	for _, y := range xs {
-		if y == x {
-			n++
-		}
-	}
-	return n
-}
 
 // ask asks the sentinel at addr for the master, and what it says of each
 // replica (see master).
