@@ -84,6 +84,8 @@ func TestACLDeniedCommands(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Acquire: %v", err)
 			}
+			events, stop := waiter.Subscribe(16)
+			defer stop()
 			got := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -94,7 +96,8 @@ func TestACLDeniedCommands(t *testing.T) {
 				}
 				got <- err
 			}()
-			time.Sleep(50 * time.Millisecond) // a pace: the waiter waits, or not yet; both must work
+			// The release must wake, or the key's expiry inform, a waiter.
+			waitEvent(t, events, "the waiter refused by the holder", refused)
 			if err := l.Release(t.Context()); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
