@@ -66,8 +66,9 @@ func TestSentinelFailoverIsARestart(t *testing.T) {
 	for time.Now().Before(l.Until()) {
 		for _, eng := range []*Engine{e, fresh} {
 			if l2, err := eng.TryAcquire(t.Context(), "r"); err == nil {
-				t.Fatalf("granted %q, whose key the failover lost, %v before its holder's lease ends", "r", time.Until(l.Until()))
+				left := time.Until(l.Until())
 				_ = l2.Release(context.Background())
+				t.Fatalf("granted %q, whose key the failover lost, %v before its holder's lease ends", "r", left)
 			}
 		}
 		time.Sleep(10 * time.Millisecond) // not an order: a pace
