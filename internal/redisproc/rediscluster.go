@@ -160,11 +160,7 @@ func StartRedisCluster(masters, replicasEach int) (*RedisCluster, error) {
 func StartRedisClusterT(t TB, masters, replicasEach int) *RedisCluster {
 	t.Helper()
 	c, err := StartRedisCluster(masters, replicasEach)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return started(t, c, err)
 }
 
 // newClusterNode starts a cluster-enabled server on a free port, with its

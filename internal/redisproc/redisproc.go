@@ -130,11 +130,18 @@ type TB interface {
 func Start(t TB, n int) *Cluster {
 	t.Helper()
 	c, err := StartNodes(n)
+	return started(t, c, err)
+}
+
+// started is what the Start functions for tests make of a start: the
+// test fails on err (it never skips), and v closes with the test.
+func started[T interface{ Close() }](t TB, v T, err error) T {
+	t.Helper()
 	if err != nil {
 		t.Fatalf("%v", err)
 	}
-	t.Cleanup(c.Close)
-	return c
+	t.Cleanup(v.Close)
+	return v
 }
 
 // Addrs returns the "127.0.0.1:port" address of every node.

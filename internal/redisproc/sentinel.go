@@ -177,11 +177,7 @@ func StartSentinelSetWith(replicas, sentinels int, periods SentinelPeriods) (*Se
 func StartSentinel(t TB, replicas, sentinels int) *SentinelSet {
 	t.Helper()
 	s, err := StartSentinelSet(replicas, sentinels)
-	if err != nil {
-		t.Fatalf("%v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return started(t, s, err)
 }
 
 // newSetServer starts a server of a set: a master when master is nil,
