@@ -303,11 +303,7 @@ func (c *RedisCluster) allKnown(ctx context.Context) error {
 // Addrs returns the "127.0.0.1:port" address of every server, the seed
 // addresses of a cluster client.
 func (c *RedisCluster) Addrs() []string {
-	addrs := make([]string, len(c.Servers))
-	for i, n := range c.Servers {
-		addrs[i] = n.Addr()
-	}
-	return addrs
+	return addrsOf(c.Servers)
 }
 
 // Close kills every process and removes their directories. It is

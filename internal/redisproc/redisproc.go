@@ -146,8 +146,13 @@ func started[T interface{ Close() }](t TB, v T, err error) T {
 
 // Addrs returns the "127.0.0.1:port" address of every node.
 func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
+	return addrsOf(c.Nodes)
+}
+
+// addrsOf returns the "127.0.0.1:port" address of every node of nodes.
+func addrsOf(nodes []*Node) []string {
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
 		addrs[i] = n.Addr()
 	}
 	return addrs

@@ -258,11 +258,7 @@ func command(addr string, args ...string) (string, error) {
 
 // SentinelAddrs returns the "127.0.0.1:port" address of every sentinel.
 func (s *SentinelSet) SentinelAddrs() []string {
-	addrs := make([]string, len(s.Sentinels))
-	for i, n := range s.Sentinels {
-		addrs[i] = n.Addr()
-	}
-	return addrs
+	return addrsOf(s.Sentinels)
 }
 
 // Close kills every process, sentinels first, and removes their
