@@ -183,6 +183,22 @@ func TestGrants(t *testing.T) {
 	do(&Cleanup{Request: req("w2"), TTL: 5 * time.Second, Since: "200", Keep: 1}, Taken)
 	holds("w2", 5*time.Second)
 
+	// A node whose ACL denies PUBSUB NUMSUB cannot tell whether w5's
+	// engine listens: w5 is only named, and the release stands.
+	acl := func(rule string) {
+		t.Helper()
+		if _, err := h.server.Do(t.Context(), "ACL", "SETUSER", "default", rule); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acl("-pubsub|numsub")
+	acquire("w5", "250", 10*time.Second, Taken)
+	release("w2", Granted)
+	expect(Announcement{Holder: d("w2"), Next: d("w5")})
+	holds("", 0)
+	acl("+pubsub|numsub")
+	acquire("w2", "", 5*time.Second, Granted)
+
 	// A fenced waiter is only named.
 	do(&Acquire{Request: req("w3"), TTL: 10 * time.Second, FenceKey: "k:fence", Since: "300"}, Taken)
 	release("w2", Granted)
