@@ -472,7 +472,7 @@ func (a *nodeActor) probeTimeout() time.Duration { return max(a.cfg.Timeout, 100
 func (a *nodeActor) probe(j job) {
 	m := &probed{}
 	ctx, cancel := context.WithDeadline(context.Background(), j.deadline)
-	m.info, m.err = a.conn.Probe(ctx, a.cfg.EpochKey, j.prev)
+	m.info, m.err = a.conn.Probe(ctx, a.probeKey(), j.prev)
 	cancel()
 	// After the answer: whatever it saw happened before at.
 	m.at = time.Now()

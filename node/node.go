@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/hashslot"
 )
 
 // maxBatch bounds one DoMulti: rueidis sends pipelines longer than its
@@ -49,6 +50,13 @@ type Config struct {
 	// the commands a hand-off waits for (see maxWire). For an engine of
 	// one node.
 	Overlap bool
+	// Slots, for a shard actor of a Redis Cluster node (DialCluster): the
+	// slots its master serves. Its batches go as a script call per slot,
+	// each requiring its slot's epoch marker (see Cluster).
+	Slots *Slots
+	// Moved, for a shard actor: the master refused a command for a slot
+	// it does not serve (now).
+	Moved func()
 
 	Meter Meter // told of each batch's round trip; nil for none
 }
@@ -60,12 +68,17 @@ type Meter interface {
 	RoundTrip(rtt time.Duration, commands int)
 }
 
-// Node is a running node actor. Send it Commands.
+// Node is a running node actor, or a Redis Cluster's (DialCluster).
+// Send it Commands.
 type Node struct {
-	PID    *actor.PID
-	system *actor.ActorSystem
-	actor  *nodeActor
+	PID     *actor.PID
+	system  *actor.ActorSystem
+	actor   *nodeActor
+	cluster *Cluster
 }
+
+// Cluster is n's Redis Cluster, nil for a node of one master.
+func (n *Node) Cluster() *Cluster { return n.cluster }
 
 // Stats is a snapshot of a node actor's work and health; commands per
 // batch is how much pipelining saves.
@@ -91,8 +104,13 @@ type counters struct {
 	quarantineUntil             atomic.Int64 // Unix nanoseconds; 0: never
 }
 
-// Stats returns a snapshot of the node's counters.
+// Stats returns a snapshot of the node's counters; a cluster's, its
+// shards' summed (Down: every shard is down; QuarantineUntil: the
+// latest).
 func (n *Node) Stats() Stats {
+	if n.cluster != nil {
+		return n.cluster.stats()
+	}
 	c := &n.actor.stats
 	s := Stats{
 		Commands: c.commands.Load(), Batches: c.batches.Load(), Restarts: c.restarts.Load(), Healed: c.healed.Load(),
@@ -134,6 +152,10 @@ func Spawn(system *actor.ActorSystem, cfg Config) *Node {
 // Stop stops the actor (commands still queued are answered with
 // ErrStopped), waits for the batches on the wire and closes the client.
 func (n *Node) Stop() {
+	if n.cluster != nil {
+		n.cluster.close()
+		return
+	}
 	_ = n.system.Root.StopFuture(n.PID).Wait()
 	n.actor.stopOnce.Do(func() { close(n.actor.work) })
 	n.actor.senders.Wait()
@@ -188,6 +210,7 @@ type entry struct {
 	// who holds it (a check); refused whatever it answers (plain.go).
 	asked  bool
 	keyBit uint16 // the key's bit in a keySet
+	slot   uint16 // the key's hash slot, on a cluster's shard (Config.Slots)
 	urgent bool   // a hand-off waits for it: it may go beside a batch on the wire
 }
 
@@ -333,6 +356,7 @@ type wire struct {
 	out    actors.Batch // the votes of the batch it answers
 	ctx    *deadline    // the context of its batches; nil after one fired
 	rest   []entry      // plainFirst's scratch space
+	calls  []call       // the batch's script calls
 }
 
 func (a *nodeActor) Receive(ctx actor.Context) {
@@ -434,6 +458,9 @@ func (a *nodeActor) command(msg any) {
 
 func (a *nodeActor) enqueue(e entry) {
 	e.keyBit = keyBit(e.req.Key)
+	if a.cfg.Slots != nil {
+		e.slot = uint16(hashslot.Of(e.req.Key))
+	}
 	e.urgent = e.op.acquires() && e.since != "" || e.op == opRelease && (e.leave || e.successor != "")
 	e.queued = e.req.Sent
 	if e.queued.IsZero() {
@@ -704,22 +731,27 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 		}
 	}()
 	plain := 0
-	if !a.noPlain.Load() {
+	if !a.noPlain.Load() && a.cfg.Slots == nil {
 		plain, w.rest = plainFirst(j.batch, w.rest)
 	}
 	batch := j.batch[plain:] // the script's
-	cmds := make(rueidis.Commands, 0, len(batch)+1)
+	w.calls = a.calls(batch, w.calls[:0])
+	cmds := make(rueidis.Commands, 0, len(w.calls)+2)
 	if j.mark != nil {
-		// First, so every acquire after it sees the marker.
-		cmds = append(cmds, markCmd(client, a.cfg.EpochKey, *j.mark, !a.cfg.UnsafeEviction))
+		if a.cfg.Slots != nil {
+			done.marked, done.markFailed = a.markSlots(client, *j.mark)
+		} else {
+			// First, so every acquire after it sees the marker.
+			cmds = append(cmds, markCmd(client, a.cfg.EpochKey, *j.mark, !a.cfg.UnsafeEviction))
+		}
 	}
 	skip := len(cmds)
 	if plain > 0 {
 		cmds = appendPlain(cmds, client, j.batch[:plain], a.cfg.EpochKey, j.epoch, &w.ttl)
 	}
 	plainEnd := len(cmds)
-	for c := range chunks(len(batch)) {
-		cmds = append(cmds, w.script.build(client, chunkOf(batch, c), a.cfg.EpochKey, j.epoch, j.channel, &w.ttl))
+	for _, c := range w.calls {
+		cmds = append(cmds, w.script.build(client, batch[c.from:c.to], a.markerKey(c), j.epoch, j.channel, &w.ttl))
 	}
 	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)
@@ -752,42 +784,82 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	// idempotent.)
 	if i := firstNoScript(results); i >= 0 {
 		done.unchecked = true
-		done.batch = batch[i*maxScriptOps:]
+		done.batch = batch[w.calls[i].from:]
 		results = results[:i]
 	}
 
 	now := time.Now()
-	for c, r := range results {
-		chunk := chunkOf(batch, c)
+	for i, r := range results {
+		call := batch[w.calls[i].from:w.calls[i].to]
 		replies, err := r.ToArray()
-		if err == nil && len(replies) != len(chunk) {
-			err = fmt.Errorf("redlease: the batch script answered %d replies for %d commands", len(replies), len(chunk))
+		if err == nil && len(replies) != len(call) {
+			err = fmt.Errorf("redlease: the batch script answered %d replies for %d commands", len(replies), len(call))
 		}
 		if err == nil {
-			for i := range chunk {
-				a.answerReply(&chunk[i], &replies[i], now, done, &w.out)
+			for i := range call {
+				a.answerReply(&call[i], &replies[i], now, done, &w.out)
 			}
 			continue
 		}
-		if _, answered := rueidis.IsRedisErr(err); !answered {
-			a.unanswered(chunk, now, err, done, &w.out)
+		re, answered := rueidis.IsRedisErr(err)
+		if !answered {
+			a.unanswered(call, now, err, done, &w.out)
 			continue
 		}
-		for i := range chunk { // the call failed as a whole: no command has its own answer
-			if !chunk[i].silent {
-				a.reply(&chunk[i], Failed, now, err, &w.out)
+		if a.cfg.Moved != nil && movedSlot(re) {
+			a.cfg.Moved()
+		}
+		for i := range call { // the call failed as a whole: no command has its own answer
+			if !call[i].silent {
+				a.reply(&call[i], Failed, now, err, &w.out)
 			}
 		}
 	}
 	return nil
 }
 
-// chunks is how many batch script calls carry n commands.
-func chunks(n int) int { return (n + maxScriptOps - 1) / maxScriptOps }
+// call is the commands of a batch, batch[from:to], that one script call
+// carries.
+type call struct {
+	from, to int
+	slot     uint16 // on a cluster's shard, theirs
+}
 
-// chunkOf is the commands of batch that script call c carries.
-func chunkOf(batch []entry, c int) []entry {
-	return batch[c*maxScriptOps : min((c+1)*maxScriptOps, len(batch))]
+// calls splits batch into the script's calls, appended to out: up to
+// maxScriptOps commands each and, on a cluster's shard, of one slot each,
+// the commands sorted by slot (stable: commands on one key keep their
+// order).
+func (a *nodeActor) calls(batch []entry, out []call) []call {
+	if a.cfg.Slots != nil {
+		slices.SortStableFunc(batch, func(x, y entry) int { return int(x.slot) - int(y.slot) })
+	}
+	for from := 0; from < len(batch); {
+		to := from + 1
+		for to < len(batch) && to-from < maxScriptOps && batch[to].slot == batch[from].slot {
+			to++
+		}
+		out = append(out, call{from: from, to: to, slot: batch[from].slot})
+		from = to
+	}
+	return out
+}
+
+// markerKey is the epoch marker a call requires: on a cluster's shard,
+// its slot's.
+func (a *nodeActor) markerKey(c call) string {
+	if a.cfg.Slots == nil {
+		return a.cfg.EpochKey
+	}
+	return markerKey(a.cfg.EpochKey, c.slot)
+}
+
+// movedSlot reports whether err is a cluster master's refusal of a slot
+// it does not serve now: MOVED, ASK (the slot migrates), TRYAGAIN (its
+// keys are split by a migration), CLUSTERDOWN.
+func movedSlot(err *rueidis.RedisError) bool {
+	_, moved := err.IsMoved()
+	_, ask := err.IsAsk()
+	return moved || ask || err.IsTryAgain() || err.IsClusterDown()
 }
 
 // answerReply answers e with its reply in the batch script's answer.

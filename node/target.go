@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,11 +12,17 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// SentinelScheme opens a Target that is a Sentinel master set.
-const SentinelScheme = "sentinel://"
+// Schemes of a Target that is not a standalone master.
+const (
+	// SentinelScheme opens a Target that is a Sentinel master set.
+	SentinelScheme = "sentinel://"
+	// ClusterScheme opens a Target that is a Redis Cluster.
+	ClusterScheme = "cluster://"
+)
 
 // Target is how an engine reaches one Redlock node: a Redis master at an
-// address, or whichever server a Sentinel master set names its master.
+// address, whichever server a Sentinel master set names its master, or
+// the masters of a Redis Cluster (see Cluster).
 //
 // A master set is one node, one vote: its replicas copy the master's keys
 // and Sentinel promotes one of them when the master fails or an operator
@@ -46,17 +53,29 @@ type Target struct {
 	MasterSet string
 	// Sentinels are the host:port of the sentinels that watch MasterSet.
 	Sentinels []string
+	// Cluster are the host:port of some of a Redis Cluster's nodes, from
+	// which the others are learnt.
+	Cluster []string
 }
 
 // ParseTarget reads one entry of engine.Config.Nodes:
 //
 //	host:port                                  a Redis master
 //	sentinel://host:port[,host:port...]/name   the master set name, by its sentinels
+//	cluster://host:port[,host:port...]         a Redis Cluster, by some of its nodes
 func ParseTarget(s string) (Target, error) {
+	if rest, ok := strings.CutPrefix(s, ClusterScheme); ok {
+		if strings.Contains(rest, "/") {
+			return Target{}, fmt.Errorf("a Redis Cluster node lists some of its nodes: %shost:port[,host:port...]", ClusterScheme)
+		}
+		seeds, err := hostPorts("cluster node", rest)
+		return Target{Cluster: seeds}, err
+	}
 	rest, ok := strings.CutPrefix(s, SentinelScheme)
 	if !ok {
 		if strings.Contains(s, "://") {
-			return Target{}, fmt.Errorf("unknown scheme: use host:port or %shost:port[,host:port...]/master-set", SentinelScheme)
+			return Target{}, fmt.Errorf("unknown scheme: use host:port, %shost:port[,host:port...]/master-set or %shost:port[,host:port...]",
+				SentinelScheme, ClusterScheme)
 		}
 		return Target{Addr: s}, checkHostPort(s)
 	}
@@ -67,24 +86,31 @@ func ParseTarget(s string) (Target, error) {
 	if strings.ContainsAny(name, "/ \t\r\n") {
 		return Target{}, fmt.Errorf("master set name %q: no slashes or spaces", name)
 	}
-	t := Target{MasterSet: name}
-	seen := make(map[string]bool)
-	for _, a := range strings.Split(addrs, ",") {
+	sentinels, err := hostPorts("sentinel", addrs)
+	return Target{MasterSet: name, Sentinels: sentinels}, err
+}
+
+// hostPorts reads a comma-separated list of distinct host:port.
+func hostPorts(what, list string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(list, ",") {
 		if err := checkHostPort(a); err != nil {
-			return Target{}, fmt.Errorf("sentinel %q: %w", a, err)
+			return nil, fmt.Errorf("%s %q: %w", what, a, err)
 		}
-		if seen[a] {
-			return Target{}, fmt.Errorf("sentinel %q is listed twice", a)
+		if slices.Contains(out, a) {
+			return nil, fmt.Errorf("%s %q is listed twice", what, a)
 		}
-		seen[a] = true
-		t.Sentinels = append(t.Sentinels, a)
+		out = append(out, a)
 	}
-	return t, nil
+	return out, nil
 }
 
 // String is t as ParseTarget reads it.
 func (t Target) String() string {
-	if t.MasterSet == "" {
+	switch {
+	case len(t.Cluster) > 0:
+		return ClusterScheme + strings.Join(t.Cluster, ",")
+	case t.MasterSet == "":
 		return t.Addr
 	}
 	return SentinelScheme + strings.Join(t.Sentinels, ",") + "/" + t.MasterSet
@@ -93,8 +119,15 @@ func (t Target) String() string {
 // Option sets opt to reach t through rueidis' own client, which follows a
 // master set's failovers itself: for what does not vote (watchers, scans,
 // tools). A Conn made from it asks the sentinels at each probe instead.
+// For a cluster, it is rueidis' cluster client, which routes each command
+// to its key's shard; the votes go through Cluster instead.
 func (t Target) Option(opt rueidis.ClientOption) rueidis.ClientOption {
-	if t.MasterSet == "" {
+	switch {
+	case len(t.Cluster) > 0:
+		opt.InitAddress = append([]string(nil), t.Cluster...)
+		opt.Sentinel.MasterSet = ""
+		return opt
+	case t.MasterSet == "":
 		opt.InitAddress = []string{t.Addr}
 		opt.Sentinel.MasterSet = ""
 		return opt

@@ -1,0 +1,380 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/internal/hashslot"
+)
+
+// A Redis Cluster is one node, one vote, spread over its shards: a
+// resource's keys share its hash tag (LockKey), so they live in one slot,
+// and resources spread over the shards with their slots. Each shard's
+// master has a node actor of its own (a shard actor), on a connection of
+// its own, as a standalone master has: probed before it carries commands,
+// quarantined when its dataset may have lost keys (a restart, a flush, a
+// failover that promoted a replica, which comes back as a new master
+// address and so as a new shard actor that first sees it). The cluster
+// node's PID routes each command, by its key's slot, to the shard actor
+// of the master that the cluster last said serves the slot, on the
+// sender's goroutine (no actor of its own in between).
+//
+// A shard's batches go as one script call per slot: Redis Cluster runs a
+// script only over keys of one slot. Each call requires the epoch marker
+// of its slot, <EpochKey>{<hashslot.Tag(slot)>}, so the marker sits in
+// every slot: a shard actor writes it in every slot its master serves
+// when it writes it at all (after a quarantine), and its probe reads the
+// marker of its first slot.
+//
+// Resharding. A command for a slot that moved (MOVED, ASK while the slot
+// migrates, TRYAGAIN) is refused by its master: the script call fails
+// whole, its commands fail (a non-vote, never a vote counted twice or for
+// another key), and the cluster's view is asked again. The keys move with
+// their TTL (MIGRATE), the slot's epoch marker among them: it names the
+// lineage of the shard it came from, so the first batch on the new shard
+// answers -1 and that shard sits out a quarantine, after which it marks
+// every slot it serves. A lease whose keys moved keeps them: they are
+// where its releases and extensions now go.
+type Cluster struct {
+	system *actor.ActorSystem
+	pid    *actor.PID // routes commands (router)
+	cfg    Config     // the shard actors' template
+	opt    rueidis.ClientOption
+	seeds  rueidis.Client // asks a node of the cluster for its shards
+
+	routes atomic.Pointer[routes]
+	kick   chan struct{} // cap 1: ask for the view now
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu     sync.Mutex
+	shards map[string]*shard // by master address
+	err    error             // the last view's failure
+}
+
+// shard is a shard actor and the slots its master serves.
+type shard struct {
+	node  *Node
+	slots *Slots
+}
+
+// Slots are the slots a shard's master serves, as the cluster last said:
+// a shard actor's Config.Slots.
+type Slots struct{ p atomic.Pointer[[]uint16] }
+
+// get returns the slots, ascending.
+func (s *Slots) get() []uint16 {
+	if p := s.p.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// routes is the shard actor of each slot; nil: no master serves it.
+type routes [hashslot.Count]*actor.PID
+
+// DialCluster learns the shards of the Redis Cluster that opt reaches
+// (Target.Option) and starts a shard actor for each master, and the
+// cluster's view is asked again every cfg.HealthInterval. cfg.Conn and
+// cfg.First are unused: each shard actor has a Conn of its own, to its
+// master, and probes it first thing. It fails when no seed answers
+// CLUSTER SHARDS within ctx.
+func DialCluster(ctx context.Context, system *actor.ActorSystem, cfg Config, opt rueidis.ClientOption) (*Node, error) {
+	seedOpt := opt
+	seedOpt.DisableCache = true
+	seeds, err := rueidis.NewClient(seedOpt)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if cfg.HealthInterval <= 0 {
+		cfg.HealthInterval = time.Second
+	}
+	c := &Cluster{system: system, cfg: cfg, opt: opt, seeds: seeds, kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), shards: make(map[string]*shard)}
+	c.routes.Store(&routes{})
+	c.opt.InitAddress = nil
+	v, err := c.view(ctx)
+	if err != nil {
+		seeds.Close()
+		return nil, err
+	}
+	c.apply(v)
+	c.pid, _ = system.ProcessRegistry.Add(router{c}, "redlease-cluster-"+system.ProcessRegistry.NextId())
+	go c.watch()
+	return &Node{PID: c.pid, system: system, cluster: c}, nil
+}
+
+// view is the cluster's shards as a node describes them: each master
+// that serves slots, by address, and the slots it serves, ascending.
+type view map[string][]uint16
+
+// view asks a node of the cluster for its shards (CLUSTER SHARDS).
+func (c *Cluster) view(ctx context.Context) (view, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(c.cfg.Timeout, time.Second))
+	defer cancel()
+	shards, err := c.seeds.Do(ctx, c.seeds.B().ClusterShards().Build()).ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: CLUSTER SHARDS: %w", err)
+	}
+	return parseShards(shards)
+}
+
+// parseShards reads a CLUSTER SHARDS reply: per shard, its slot ranges
+// and its nodes, one of them the master (role master, health online).
+func parseShards(shards []rueidis.RedisMessage) (view, error) {
+	v := make(view)
+	for _, s := range shards {
+		m, err := s.AsMap()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: CLUSTER SHARDS: %w", err)
+		}
+		slotsMsg, nodesMsg := m["slots"], m["nodes"]
+		bounds, _ := slotsMsg.AsIntSlice()
+		if len(bounds)%2 != 0 {
+			return nil, fmt.Errorf("cluster: CLUSTER SHARDS: odd slot bounds %v", bounds)
+		}
+		var slots []uint16
+		for i := 0; i < len(bounds); i += 2 {
+			if bounds[i] < 0 || bounds[i+1] >= hashslot.Count || bounds[i] > bounds[i+1] {
+				return nil, fmt.Errorf("cluster: CLUSTER SHARDS: slots %d-%d", bounds[i], bounds[i+1])
+			}
+			for s := bounds[i]; s <= bounds[i+1]; s++ {
+				slots = append(slots, uint16(s))
+			}
+		}
+		if len(slots) == 0 {
+			continue
+		}
+		nodes, _ := nodesMsg.ToArray()
+		for _, n := range nodes {
+			f, err := n.AsMap()
+			if err != nil {
+				return nil, fmt.Errorf("cluster: CLUSTER SHARDS: %w", err)
+			}
+			roleMsg, healthMsg, ipMsg, portMsg := f["role"], f["health"], f["ip"], f["port"]
+			role, _ := roleMsg.ToString()
+			health, _ := healthMsg.ToString()
+			if role != "master" || health != "online" {
+				continue
+			}
+			ip, _ := ipMsg.ToString()
+			port, err := portMsg.AsInt64()
+			if err != nil || ip == "" {
+				return nil, fmt.Errorf("cluster: CLUSTER SHARDS: a master without ip or port: %v", f)
+			}
+			addr := net.JoinHostPort(ip, strconv.FormatInt(port, 10))
+			slices.Sort(slots)
+			v[addr] = append(v[addr], slots...)
+		}
+	}
+	return v, nil
+}
+
+// apply starts a shard actor for each master of v that has none, gives
+// each its slots, routes every slot to its master's, and stops the shard
+// actors of servers that no longer serve slots (after nothing routes to
+// them).
+func (c *Cluster) apply(v view) {
+	c.mu.Lock()
+	var r routes
+	for addr, slots := range v {
+		s := c.shards[addr]
+		if s == nil {
+			s = &shard{slots: new(Slots)}
+			cfg := c.cfg
+			cfg.Addr, cfg.Slots, cfg.Overlap = addr, s.slots, false
+			cfg.First, cfg.Moved = nil, c.refresh
+			opt := c.opt
+			opt.InitAddress = []string{addr}
+			cfg.Conn = NewConn(opt)
+			s.node = Spawn(c.system, cfg)
+			c.shards[addr] = s
+		}
+		s.slots.p.Store(&slots)
+		for _, slot := range slots {
+			r[slot] = s.node.PID
+		}
+	}
+	var gone []*Node
+	for addr, s := range c.shards {
+		if _, ok := v[addr]; !ok {
+			gone = append(gone, s.node)
+			delete(c.shards, addr)
+		}
+	}
+	c.routes.Store(&r)
+	c.mu.Unlock()
+	for _, n := range gone {
+		n.Stop()
+	}
+}
+
+// refresh asks for the cluster's view soon: a shard refused a command
+// for a slot it no longer serves.
+func (c *Cluster) refresh() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// watch asks for the cluster's view every HealthInterval, and when a
+// shard asks for it (refresh), until close.
+func (c *Cluster) watch() {
+	defer close(c.done)
+	t := time.NewTicker(c.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		case <-c.kick:
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-c.stop:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		v, err := c.view(ctx)
+		cancel()
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		if err == nil {
+			c.apply(v)
+		}
+	}
+}
+
+// Shards returns the cluster's shard actors, by master address.
+func (c *Cluster) Shards() map[string]*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]*Node, len(c.shards))
+	for addr, s := range c.shards {
+		out[addr] = s.node
+	}
+	return out
+}
+
+// close stops the routing, the view's refreshes and every shard actor.
+func (c *Cluster) close() {
+	c.system.ProcessRegistry.Remove(c.pid)
+	close(c.stop)
+	<-c.done
+	c.seeds.Close()
+	c.apply(nil)
+}
+
+// errNoShard: no master serves the command's slot, as far as the cluster
+// last said (a failover under way, or a cluster that lost a shard).
+var errNoShard = errors.New("redlease: no master of the cluster serves the key's slot")
+
+// router is the cluster node's PID: it hands each command to the shard
+// actor of its key's slot, on the sender's goroutine.
+type router struct{ c *Cluster }
+
+func (r router) SendUserMessage(_ *actor.PID, msg any) {
+	cmd, ok := actor.UnwrapEnvelopeMessage(msg).(Command)
+	if !ok {
+		return
+	}
+	req := cmd.request()
+	if pid := r.c.routes.Load()[hashslot.Of(req.Key)]; pid != nil {
+		r.c.system.Root.Send(pid, cmd)
+		return
+	}
+	r.c.refresh()
+	if req.ReplyTo != nil {
+		v := votes.Get().(*Vote)
+		*v = Vote{Node: r.c.cfg.Index, Round: req.Round, Outcome: Failed, Err: errNoShard}
+		r.c.system.Root.Send(req.ReplyTo, v)
+	}
+}
+
+func (router) SendSystemMessage(*actor.PID, any) {}
+func (router) Stop(*actor.PID)                   {}
+
+// markerKey is the epoch marker's key in slot s: EpochKey with s's tag.
+func markerKey(epochKey string, s uint16) string {
+	return epochKey + "{" + hashslot.Tag(int(s)) + "}"
+}
+
+// stats sums the shards' Stats: the cluster is Down when every shard is
+// (or none serves), quarantined until the latest shard's quarantine ends.
+func (c *Cluster) stats() Stats {
+	var out Stats
+	out.Down = true
+	for _, n := range c.Shards() {
+		s := n.Stats()
+		out.Commands += s.Commands
+		out.Batches += s.Batches
+		out.Restarts += s.Restarts
+		out.Healed += s.Healed
+		out.OnWire += s.OnWire
+		out.Queued += s.Queued
+		out.Down = out.Down && s.Down
+		out.Evicting = out.Evicting || s.Evicting
+		if s.QuarantineUntil.After(out.QuarantineUntil) {
+			out.QuarantineUntil = s.QuarantineUntil
+		}
+	}
+	return out
+}
+
+// markSlots writes the epoch marker of info's dataset in every slot the
+// shard's master serves (see epoch.lua), in calls of at most maxBatch:
+// marked when every one was written, failed when one was not (the
+// dataset changed since the probe).
+func (a *nodeActor) markSlots(client rueidis.Client, info Info) (marked, failed bool) {
+	slots := a.cfg.Slots.get()
+	if len(slots) == 0 {
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*a.probeTimeout())
+	defer cancel()
+	cmds := make(rueidis.Commands, 0, min(len(slots), maxBatch))
+	for from := 0; from < len(slots); from += maxBatch {
+		cmds = cmds[:0]
+		for _, s := range slots[from:min(from+maxBatch, len(slots))] {
+			cmds = append(cmds, markCmd(client, markerKey(a.cfg.EpochKey, s), info, !a.cfg.UnsafeEviction))
+		}
+		for _, r := range client.DoMulti(ctx, cmds...) {
+			n, err := r.AsInt64()
+			switch {
+			case err == nil && n == 0:
+				return false, true
+			case err != nil:
+				return false, false // the next batch of acquires finds no marker
+			}
+		}
+	}
+	return true, false
+}
+
+// probeKey is the epoch marker a probe reads: on a cluster's shard, that
+// of the first slot its master serves.
+func (a *nodeActor) probeKey() string {
+	if a.cfg.Slots == nil {
+		return a.cfg.EpochKey
+	}
+	slots := a.cfg.Slots.get()
+	if len(slots) == 0 {
+		return a.cfg.EpochKey
+	}
+	return markerKey(a.cfg.EpochKey, slots[0])
+}

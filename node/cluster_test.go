@@ -1,0 +1,210 @@
+package node
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/actors"
+	"github.com/redlease/redlease/internal/hashslot"
+	"github.com/redlease/redlease/internal/redisproc"
+)
+
+// clusterHarness runs a cluster node over a real Redis Cluster and
+// collects its votes.
+type clusterHarness struct {
+	t       *testing.T
+	cluster *redisproc.RedisCluster
+	node    *Node
+	system  *actor.ActorSystem
+	inbox   *actor.PID
+	votes   chan *Vote
+}
+
+func newClusterHarness(t *testing.T, masters int, cfg Config) *clusterHarness {
+	t.Helper()
+	h := &clusterHarness{t: t, cluster: redisproc.StartRedisClusterT(t, masters, 0), system: actors.NewSystem(nil),
+		votes: make(chan *Vote, 10000)}
+	h.inbox = h.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
+		if v, ok := ctx.Message().(*Vote); ok {
+			h.votes <- v
+		}
+	}))
+	cfg.EpochKey = epochKey
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Second
+	}
+	n, err := DialCluster(t.Context(), h.system, cfg, rueidis.ClientOption{InitAddress: h.cluster.Addrs()[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.node = n
+	t.Cleanup(func() {
+		h.node.Stop()
+		h.system.Shutdown()
+	})
+	return h
+}
+
+func (h *clusterHarness) req(key, value string, round uint64) Request {
+	return Request{Key: key, Value: value, Round: round, ReplyTo: h.inbox}
+}
+
+// askAll sends cmds at once and returns their votes by round.
+func (h *clusterHarness) askAll(cmds []Command) map[uint64]*Vote {
+	h.t.Helper()
+	for _, c := range cmds {
+		h.system.Root.Send(h.node.PID, c)
+	}
+	out := make(map[uint64]*Vote, len(cmds))
+	for range cmds {
+		select {
+		case v := <-h.votes:
+			out[v.Round] = v
+		case <-time.After(5 * time.Second):
+			h.t.Fatalf("%d votes of %d", len(out), len(cmds))
+		}
+	}
+	return out
+}
+
+// A cluster is one node: commands on keys of every shard are routed to
+// their masters, batched per slot, and answered as a standalone master
+// answers them.
+func TestClusterVotes(t *testing.T) {
+	h := newClusterHarness(t, 3, Config{Quarantine: -1})
+	if n := len(h.node.Cluster().Shards()); n != 3 {
+		t.Fatalf("%d shard actors, want 3", n)
+	}
+	const keys = 300
+	ttl := 10 * time.Second
+	round := uint64(0)
+	ask := func(what string, want Outcome, cmd func(key string, r uint64) Command) {
+		t.Helper()
+		var cmds []Command
+		first := round + 1
+		for i := range keys {
+			round++
+			cmds = append(cmds, cmd(LockKey("t:", fmt.Sprint(i)), round))
+		}
+		for r, v := range h.askAll(cmds) {
+			if v.Outcome != want || v.Err != nil {
+				t.Fatalf("%s, key %d: %v %v, want %v", what, r-first, v.Outcome, v.Err, want)
+			}
+		}
+	}
+	ask("acquire", Granted, func(k string, r uint64) Command {
+		return &Acquire{Request: h.req(k, "me", r), TTL: ttl, Contended: true}
+	})
+	ask("acquire held", Taken, func(k string, r uint64) Command {
+		return &Acquire{Request: h.req(k, "you", r), TTL: ttl}
+	})
+	ask("extend", Granted, func(k string, r uint64) Command { return &Extend{h.req(k, "me", r), ttl} })
+	ask("release", Granted, func(k string, r uint64) Command {
+		return &Release{Request: h.req(k, "me", r), TTL: ttl}
+	})
+	ask("acquire released", Granted, func(k string, r uint64) Command {
+		return &Acquire{Request: h.req(k, "you", r), TTL: ttl}
+	})
+	// Every shard served some.
+	for addr, n := range h.node.Cluster().Shards() {
+		if s := n.Stats(); s.Commands == 0 {
+			t.Errorf("shard %s answered no command", addr)
+		}
+	}
+	if s := h.node.Stats(); s.Commands != 5*keys {
+		t.Errorf("cluster answered %d commands, want %d", s.Commands, 5*keys)
+	}
+}
+
+// A cluster seen for the first time sits out a quarantine, then marks the
+// epoch marker in every slot of every shard; a slot whose marker names
+// another lineage (it moved from another shard, say) quarantines its
+// shard again.
+func TestClusterQuarantineAndMarkers(t *testing.T) {
+	q := 300 * time.Millisecond
+	h := newClusterHarness(t, 2, Config{Quarantine: q, HealthInterval: 100 * time.Millisecond})
+	acquire := func(round uint64) (granted int, last *Vote) {
+		var cmds []Command
+		for i := range 20 { // on both shards
+			cmds = append(cmds, &Acquire{Request: h.req(LockKey("t:", fmt.Sprint(i)), "me", round*100+uint64(i)), TTL: time.Minute})
+		}
+		for _, v := range h.askAll(cmds) {
+			if v.Outcome == Granted {
+				granted++
+			}
+			last = v
+		}
+		return granted, last
+	}
+	if n, v := acquire(0); n != 0 || v.Err != ErrQuarantined {
+		t.Fatalf("first sight: %d granted, %v %v; want quarantined", n, v.Outcome, v.Err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for round := uint64(1); ; round++ {
+		n, v := acquire(round)
+		if n == 20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 20 granted; %v %v", n, v.Outcome, v.Err)
+		}
+		time.Sleep(q / 10)
+	}
+	// Every slot carries its master's marker.
+	ctx := t.Context()
+	masters, err := h.cluster.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range masters {
+		keys, err := m.Keys(ctx, epochKey+"{*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(keys)
+	}
+	if n != hashslot.Count {
+		t.Fatalf("%d epoch markers, want one per slot (%d)", n, hashslot.Count)
+	}
+
+	// A slot moves, with a held key and its marker: the key stays held
+	// on its new shard, whose next acquire meets the marker of the other
+	// shard's lineage and quarantines it.
+	key := LockKey("t:", "0")
+	slot := hashslot.Of(key)
+	from, err := h.cluster.MasterOf(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	if err := h.cluster.MigrateSlot(ctx, slot, to); err != nil {
+		t.Fatal(err)
+	}
+	round := uint64(10000)
+	for {
+		round++
+		v := h.askAll([]Command{&Extend{h.req(key, "me", round), time.Minute}})[round]
+		if v.Outcome == Granted {
+			break
+		}
+		if v.Outcome != Failed || time.Now().After(deadline.Add(5*time.Second)) {
+			t.Fatalf("extend after the move: %v %v", v.Outcome, v.Err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	round++
+	if v := h.askAll([]Command{&Acquire{Request: h.req(key, "me", round), TTL: time.Minute, Contended: true}})[round]; v.Err != ErrQuarantined {
+		t.Fatalf("acquire on the moved slot: %v %v, want quarantined", v.Outcome, v.Err)
+	}
+	if s := h.node.Cluster().Shards()[to.Addr()].Stats(); !s.QuarantineUntil.After(time.Now()) {
+		t.Fatalf("the shard the slot moved to is not quarantined: %+v", s)
+	}
+}
