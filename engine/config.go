@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -84,11 +85,14 @@ type Config struct {
 	// Nodes holds one entry per independent Redis node (no replication,
 	// no cluster between them); required, no duplicates. A lease needs
 	// len(Nodes)/2+1 of them; use an odd number, typically 3 or 5. An
-	// entry is a master's host:port, or a Sentinel master set as
-	// sentinel://host:port[,host:port...]/name: its sentinels, then its
-	// name. A master set is one node: its master votes, and a failover
-	// to a replica is a restart (quarantine); see node.Target. Kinds mix
-	// freely, and one master set alone is a quorum of one.
+	// entry is a master's host:port, a Sentinel master set as
+	// sentinel://host:port[,host:port...]/name (its sentinels, then its
+	// name), or a Redis Cluster as cluster://host:port[,host:port...]
+	// (some of its nodes). A master set is one node: its master votes,
+	// and a failover to a replica is a restart (quarantine); see
+	// node.Target. A cluster is one node too, whose vote on a resource
+	// its key's shard casts (see node.Cluster). Kinds mix freely, and one
+	// master set or cluster alone is a quorum of one.
 	Nodes []string
 	// TTL is the default lease TTL (WithTTL overrides it per call).
 	// Default DefaultTTL (10s). It must exceed the drift allowance.
@@ -269,6 +273,12 @@ func (c *Config) validate() error {
 			continue
 		}
 		names := []string{t.Addr}
+		if len(t.Cluster) > 0 {
+			names = t.Cluster
+			if strings.ContainsAny(c.KeyPrefix, "{}") {
+				bad("KeyPrefix %q: no braces with a Redis Cluster node (Nodes[%d]): a lock key's hash tag is its resource", c.KeyPrefix, i)
+			}
+		}
 		if t.MasterSet != "" {
 			names = names[:0]
 			for _, s := range t.Sentinels {

@@ -58,7 +58,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = actors.Discard
 	}
-	conns, infos, err := connect(&cfg)
+	reached, err := connect(&cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -73,16 +73,23 @@ func New(cfg Config) (*Engine, error) {
 	h := &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
 	e.hub = e.system.Root.Spawn(actors.Props(func() actor.Actor { return h }, e.dispatch))
 	for i, addr := range cfg.Nodes {
-		n := node.Spawn(e.system, node.Config{
-			Index: i, Addr: addr, Conn: conns[i],
+		r := reached[i]
+		ncfg := node.Config{
+			Index: i, Addr: addr, Conn: r.conn,
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
-			First: infos[i], UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
+			First: r.info, UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
 			Channel: e.lines.channel,
 			// On one node a hand-off waits for that node alone: a second
 			// batch on its wire saves it the wait (see node.maxWire).
 			Overlap: len(cfg.Nodes) == 1,
-		})
+		}
+		var n *node.Node
+		if r.conn == nil {
+			n = node.SpawnCluster(e.system, ncfg, cfg.clientOption(addr), r.view)
+		} else {
+			n = node.Spawn(e.system, ncfg)
+		}
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)
 	}
@@ -96,70 +103,106 @@ func New(cfg Config) (*Engine, error) {
 // opened, when fewer than a quorum answer, when a node is a read-only
 // replica, when a node may evict lock keys (unless UnsafeEviction), or when
 // two addresses reach the same server (two votes from one server would
-// break the quorum). Nodes that did not answer get no Info;
-// their node actors probe them until they do.
-func connect(cfg *Config) ([]*node.Conn, []*node.Info, error) {
-	conns, infos, errs := probeAll(context.Background(), cfg)
+// break the quorum). Nodes that did not answer get no Info (a cluster no
+// view); their node actors probe them until they do.
+func connect(cfg *Config) ([]reach, error) {
+	reached := probeAll(context.Background(), cfg)
 	closeAll := func() {
-		for _, c := range conns {
-			c.Close()
+		for _, r := range reached {
+			r.close()
 		}
 	}
 	n := len(cfg.Nodes)
 	seen := make(map[string]int, n)
 	up := 0
-	for i, info := range infos {
-		if info == nil {
-			cfg.Logger.Warn("redlease: node unreachable, will redial", "node", cfg.Nodes[i], "err", errs[i])
+	var errs []error
+	for i, r := range reached {
+		if r.err != nil {
+			cfg.Logger.Warn("redlease: node unreachable, will redial", "node", cfg.Nodes[i], "err", r.err)
+			errs = append(errs, r.err)
 			continue
+		}
+		up++
+		info := r.info
+		if info == nil {
+			continue // a cluster: its shard actors judge each master
 		}
 		if info.Replica {
 			closeAll()
-			return nil, nil, fmt.Errorf("redlease: config: Nodes[%d] %q is a read-only replica: Redlock needs independent masters", i, cfg.Nodes[i])
+			return nil, fmt.Errorf("redlease: config: Nodes[%d] %q is a read-only replica: Redlock needs independent masters", i, cfg.Nodes[i])
 		}
 		if info.Evicts != "" && !cfg.UnsafeEviction {
 			closeAll()
-			return nil, nil, fmt.Errorf("redlease: config: Nodes[%d] %q has maxmemory set with maxmemory-policy %s: it would evict lock keys when its memory fills and grant held resources again; set maxmemory-policy to noeviction (or Config.UnsafeEviction): %w",
+			return nil, fmt.Errorf("redlease: config: Nodes[%d] %q has maxmemory set with maxmemory-policy %s: it would evict lock keys when its memory fills and grant held resources again; set maxmemory-policy to noeviction (or Config.UnsafeEviction): %w",
 				i, cfg.Nodes[i], info.Evicts, ErrEvicting)
 		}
 		if j, dup := seen[info.RunID]; dup {
 			closeAll()
-			return nil, nil, fmt.Errorf("redlease: config: Nodes[%d] %q and Nodes[%d] %q are the same server (run_id %s): one server must not vote twice",
+			return nil, fmt.Errorf("redlease: config: Nodes[%d] %q and Nodes[%d] %q are the same server (run_id %s): one server must not vote twice",
 				j, cfg.Nodes[j], i, cfg.Nodes[i], info.RunID)
 		}
 		seen[info.RunID] = i
-		up++
 	}
 	if q := lease.Quorum(n); up < q {
 		closeAll()
-		return nil, nil, fmt.Errorf("redlease: %d of %d nodes reachable, %d needed: %w", up, n, q, errors.Join(errs...))
+		return nil, fmt.Errorf("redlease: %d of %d nodes reachable, %d needed: %w", up, n, q, errors.Join(errs...))
 	}
-	return conns, infos, nil
+	return reached, nil
+}
+
+// reach is what probeAll learnt of one node: a master's (or a master
+// set's) connection and probe, or a Redis Cluster's view.
+type reach struct {
+	conn *node.Conn       // nil for a cluster
+	info *node.Info       // the probe; nil for a cluster, or when it failed
+	view node.ClusterView // a cluster's shards
+	err  error            // why the node did not answer
+}
+
+func (r reach) close() {
+	if r.conn != nil {
+		r.conn.Close()
+	}
 }
 
 // probeAll makes a connection per node of cfg and probes them all at once,
-// each within ConnectTimeout and ctx.
-func probeAll(ctx context.Context, cfg *Config) ([]*node.Conn, []*node.Info, []error) {
-	n := len(cfg.Nodes)
-	conns := make([]*node.Conn, n)
-	infos := make([]*node.Info, n)
-	errs := make([]error, n)
+// each within ConnectTimeout and ctx; a Redis Cluster it asks for its
+// shards.
+func probeAll(ctx context.Context, cfg *Config) []reach {
+	out := make([]reach, len(cfg.Nodes))
 	var wg sync.WaitGroup
 	for i, addr := range cfg.Nodes {
-		conns[i] = node.NewConn(cfg.clientOption(addr))
+		r := &out[i]
+		opt := cfg.clientOption(addr)
+		cluster := isCluster(addr)
+		if !cluster {
+			r.conn = node.NewConn(opt)
+		}
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 			defer cancel()
-			info, err := conns[i].Probe(ctx, cfg.epochKey(), node.Info{})
-			if err != nil {
-				errs[i] = errtext.Errorf("node %s: %w", addr, err)
-				return
+			if cluster {
+				r.view, r.err = node.AskCluster(ctx, opt)
+			} else {
+				var info node.Info
+				if info, r.err = r.conn.Probe(ctx, cfg.epochKey(), node.Info{}); r.err == nil {
+					r.info = &info
+				}
 			}
-			infos[i] = &info
+			if r.err != nil {
+				r.err = errtext.Errorf("node %s: %w", addr, r.err)
+			}
 		})
 	}
 	wg.Wait()
-	return conns, infos, errs
+	return out
+}
+
+// isCluster reports whether a valid entry of Config.Nodes is a Redis
+// Cluster.
+func isCluster(addr string) bool {
+	t, _ := node.ParseTarget(addr)
+	return len(t.Cluster) > 0
 }
 
 // MarkNew tells redlease that the nodes of cfg are new: none of them holds
@@ -183,23 +226,51 @@ func MarkNew(ctx context.Context, cfg Config) error {
 	if err := checkNew(ctx, &cfg); err != nil {
 		return err
 	}
-	conns, infos, errs := probeAll(ctx, &cfg)
-	for i, c := range conns {
-		if infos[i] != nil {
-			ok, err := c.Mark(ctx, cfg.epochKey(), *infos[i], !cfg.UnsafeEviction)
-			if err == nil && !ok {
-				err = errors.New("its data changed while being marked (a restart, a flush, an eviction): run it again")
-			}
-			if err != nil {
-				errs[i] = errtext.Errorf("node %s: %w", cfg.Nodes[i], err)
-			}
+	reached := probeAll(ctx, &cfg)
+	errs := make([]error, len(reached))
+	for i, r := range reached {
+		errs[i] = r.err
+		if r.err == nil {
+			errs[i] = markNew(ctx, &cfg, cfg.Nodes[i], r)
 		}
-		c.Close()
+		r.close()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("redlease: mark new nodes: %w", err)
 	}
 	return nil
+}
+
+// markNew writes the epoch marker of one node that probeAll reached: on
+// a Redis Cluster, in every slot of every master.
+func markNew(ctx context.Context, cfg *Config, addr string, r reach) error {
+	checkEvicted := !cfg.UnsafeEviction
+	if r.conn != nil {
+		ok, err := r.conn.Mark(ctx, cfg.epochKey(), *r.info, checkEvicted)
+		if err == nil && !ok {
+			err = errors.New("its data changed while being marked (a restart, a flush, an eviction): run it again")
+		}
+		if err != nil {
+			return errtext.Errorf("node %s: %w", addr, err)
+		}
+		return nil
+	}
+	var errs []error
+	for _, p := range node.ProbeCluster(ctx, cfg.clientOption(addr), cfg.epochKey(), r.view) {
+		err := p.Err
+		if err == nil {
+			var ok bool
+			ok, err = p.Conn.MarkSlots(ctx, cfg.epochKey(), p.Slots, p.Info, checkEvicted)
+			if err == nil && !ok {
+				err = errors.New("its data changed while being marked (a restart, a flush, an eviction): run it again")
+			}
+		}
+		p.Conn.Close()
+		if err != nil {
+			errs = append(errs, errtext.Errorf("node %s: master %s: %w", addr, p.Addr, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // CheckNew says why MarkNew would mark nothing now: an error matching

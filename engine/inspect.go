@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/redlease/redlease/internal/errtext"
 	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
 )
 
 // Quorum is how many of n nodes must grant a lease: n/2+1.
@@ -24,7 +26,7 @@ type NodeReport struct {
 	// Addr is the node's address, as in Config.Nodes.
 	Addr string
 	// Server is the server probed: Addr, or the master that a master
-	// set's sentinels named ("" when none answered).
+	// set's sentinels named ("" when none answered, and for a cluster).
 	Server string
 	// Err says why the node could not be probed; the fields below are
 	// zero then.
@@ -54,6 +56,14 @@ type NodeReport struct {
 	QuarantineUntil time.Time
 	// RTT is the probe's round trip.
 	RTT time.Duration
+	// Shards, for a Redis Cluster, report each master that serves slots,
+	// by its first slot; the fields above sum them up (Err joins theirs,
+	// Trusted when every one is, QuarantineUntil the latest) and Server,
+	// RunID, Uptime and RTT stay zero.
+	Shards []NodeReport
+	// Slots, for a shard of a cluster, is how many slots its master
+	// serves.
+	Slots int
 }
 
 // Serves reports whether an engine would acquire on the node at now.
@@ -72,29 +82,60 @@ func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	conns, infos, errs := probeAll(ctx, &cfg)
+	reached := probeAll(ctx, &cfg)
 	at := time.Now()
 	reports := make([]NodeReport, len(cfg.Nodes))
-	for i, c := range conns {
-		c.Close()
-		r := &reports[i]
-		r.Addr, r.Err = cfg.Nodes[i], errs[i]
-		info := infos[i]
-		if info == nil {
+	for i, r := range reached {
+		r.close()
+		reports[i] = nodeReport(&cfg, cfg.Nodes[i], r.info, r.err, at)
+		if r.view == nil {
 			continue
 		}
-		r.Server, r.RunID, r.Uptime, r.Replica, r.Trusted, r.RTT = info.Addr, info.RunID, info.Uptime, info.Replica, info.Trusted(), info.RTT
-		if !cfg.UnsafeEviction {
-			r.Evicts = info.Evicts
+		// A cluster: each master as a node of its own, the cluster as
+		// the sum of its shards.
+		rep := &reports[i]
+		for _, p := range node.ProbeCluster(ctx, cfg.clientOption(cfg.Nodes[i]), cfg.epochKey(), r.view) {
+			p.Conn.Close()
+			var info *node.Info
+			if p.Err == nil {
+				info = &p.Info
+			}
+			s := nodeReport(&cfg, p.Addr, info, p.Err, at)
+			s.Slots = len(p.Slots)
+			rep.Shards = append(rep.Shards, s)
 		}
-		if r.Replica || cfg.RestartQuarantine < 0 {
-			continue
-		}
-		if !r.Trusted || info.Evicted > 0 && !cfg.UnsafeEviction || len(info.Split) > 0 { // as a node actor meeting it
-			r.QuarantineUntil = at.Add(cfg.RestartQuarantine)
+		rep.Trusted = true
+		for _, s := range rep.Shards {
+			rep.Err = errors.Join(rep.Err, s.Err)
+			rep.Trusted = rep.Trusted && s.Trusted
+			rep.Evicts = cmp.Or(rep.Evicts, s.Evicts)
+			rep.Replica = rep.Replica || s.Replica
+			if s.QuarantineUntil.After(rep.QuarantineUntil) {
+				rep.QuarantineUntil = s.QuarantineUntil
+			}
 		}
 	}
 	return reports, nil
+}
+
+// nodeReport is what a probe (info, nil when it failed with err) at
+// says of a master.
+func nodeReport(cfg *Config, addr string, info *node.Info, err error, at time.Time) NodeReport {
+	r := NodeReport{Addr: addr, Err: err}
+	if info == nil {
+		return r
+	}
+	r.Server, r.RunID, r.Uptime, r.Replica, r.Trusted, r.RTT = info.Addr, info.RunID, info.Uptime, info.Replica, info.Trusted(), info.RTT
+	if !cfg.UnsafeEviction {
+		r.Evicts = info.Evicts
+	}
+	if r.Replica || cfg.RestartQuarantine < 0 {
+		return r
+	}
+	if !r.Trusted || info.Evicted > 0 && !cfg.UnsafeEviction || len(info.Split) > 0 { // as a node actor meeting it
+		r.QuarantineUntil = at.Add(cfg.RestartQuarantine)
+	}
+	return r
 }
 
 // LockReport is one resource's lock keys, as InspectLocks found them.
@@ -139,7 +180,7 @@ func InspectLocks(ctx context.Context, cfg Config, pattern string) ([]LockReport
 	var wg sync.WaitGroup
 	for i, addr := range cfg.Nodes {
 		wg.Go(func() {
-			found[i], errs[i] = scanLocks(ctx, &cfg, addr, pattern)
+			found[i], errs[i] = scanNode(ctx, &cfg, addr, pattern)
 			if errs[i] != nil {
 				errs[i] = errtext.Errorf("node %s: %w", addr, errs[i])
 			}
@@ -192,10 +233,34 @@ type foundKey struct {
 // back per round trip.
 const scanBatch = 1000
 
-// scanLocks reads the lock keys of one node whose resource matches
-// pattern: SCAN, then each key's value, TTL and fence counter.
-func scanLocks(ctx context.Context, cfg *Config, addr, pattern string) ([]foundKey, error) {
+// scanNode reads the lock keys of one node whose resource matches
+// pattern: on a Redis Cluster, those of every master.
+func scanNode(ctx context.Context, cfg *Config, addr, pattern string) ([]foundKey, error) {
 	opt := cfg.clientOption(addr)
+	if !isCluster(addr) {
+		return scanLocks(ctx, cfg, opt, pattern)
+	}
+	view, err := node.AskCluster(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	var found []foundKey
+	for master := range view {
+		opt.InitAddress = []string{master}
+		opt.ForceSingleClient = true
+		keys, err := scanLocks(ctx, cfg, opt, pattern)
+		found = append(found, keys...)
+		if err != nil {
+			return found, errtext.Errorf("master %s: %w", master, err)
+		}
+	}
+	return found, nil
+}
+
+// scanLocks reads the lock keys of the master that opt reaches whose
+// resource matches pattern: SCAN, then each key's value, TTL and fence
+// counter.
+func scanLocks(ctx context.Context, cfg *Config, opt rueidis.ClientOption, pattern string) ([]foundKey, error) {
 	opt.DisableCache = true
 	c, err := rueidis.NewClient(opt)
 	if err != nil {

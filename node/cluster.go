@@ -50,7 +50,7 @@ type Cluster struct {
 	pid    *actor.PID // routes commands (router)
 	cfg    Config     // the shard actors' template
 	opt    rueidis.ClientOption
-	seeds  rueidis.Client // asks a node of the cluster for its shards
+	seeds  rueidis.Client // asks a node of the cluster for its shards (view); made at the first need
 
 	routes atomic.Pointer[routes]
 	kick   chan struct{} // cap 1: ask for the view now
@@ -83,56 +83,71 @@ func (s *Slots) get() []uint16 {
 // routes is the shard actor of each slot; nil: no master serves it.
 type routes [hashslot.Count]*actor.PID
 
-// DialCluster learns the shards of the Redis Cluster that opt reaches
-// (Target.Option) and starts a shard actor for each master, and the
-// cluster's view is asked again every cfg.HealthInterval. cfg.Conn and
-// cfg.First are unused: each shard actor has a Conn of its own, to its
-// master, and probes it first thing. It fails when no seed answers
-// CLUSTER SHARDS within ctx.
-func DialCluster(ctx context.Context, system *actor.ActorSystem, cfg Config, opt rueidis.ClientOption) (*Node, error) {
-	seedOpt := opt
-	seedOpt.DisableCache = true
-	seeds, err := rueidis.NewClient(seedOpt)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: %w", err)
-	}
+// SpawnCluster starts a cluster node for the Redis Cluster that opt
+// reaches (Target.Option): a shard actor for each master of first (its
+// view, AskCluster; nil when none answered), and it asks for the view
+// again every cfg.HealthInterval. cfg.Conn and cfg.First are unused: each
+// shard actor has a Conn of its own, to its master, and probes it first
+// thing.
+func SpawnCluster(system *actor.ActorSystem, cfg Config, opt rueidis.ClientOption, first ClusterView) *Node {
 	if cfg.HealthInterval <= 0 {
 		cfg.HealthInterval = time.Second
 	}
-	c := &Cluster{system: system, cfg: cfg, opt: opt, seeds: seeds, kick: make(chan struct{}, 1),
+	c := &Cluster{system: system, cfg: cfg, opt: opt, kick: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), shards: make(map[string]*shard)}
 	c.routes.Store(&routes{})
-	c.opt.InitAddress = nil
-	v, err := c.view(ctx)
-	if err != nil {
-		seeds.Close()
-		return nil, err
-	}
-	c.apply(v)
+	c.apply(first)
 	c.pid, _ = system.ProcessRegistry.Add(router{c}, "redlease-cluster-"+system.ProcessRegistry.NextId())
 	go c.watch()
-	return &Node{PID: c.pid, system: system, cluster: c}, nil
+	return &Node{PID: c.pid, system: system, cluster: c}
 }
 
-// view is the cluster's shards as a node describes them: each master
-// that serves slots, by address, and the slots it serves, ascending.
-type view map[string][]uint16
+// ClusterView is a Redis Cluster's shards as one of its nodes describes
+// them: each master that serves slots, by address, and the slots it
+// serves, ascending.
+type ClusterView map[string][]uint16
 
-// view asks a node of the cluster for its shards (CLUSTER SHARDS).
-func (c *Cluster) view(ctx context.Context) (view, error) {
-	ctx, cancel := context.WithTimeout(ctx, max(c.cfg.Timeout, time.Second))
-	defer cancel()
-	shards, err := c.seeds.Do(ctx, c.seeds.B().ClusterShards().Build()).ToArray()
+// AskCluster asks a node of the Redis Cluster that opt reaches
+// (Target.Option) for its shards (CLUSTER SHARDS).
+func AskCluster(ctx context.Context, opt rueidis.ClientOption) (ClusterView, error) {
+	opt.DisableCache = true
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	defer client.Close()
+	return askShards(ctx, client)
+}
+
+func askShards(ctx context.Context, client rueidis.Client) (ClusterView, error) {
+	shards, err := client.Do(ctx, client.B().ClusterShards().Build()).ToArray()
 	if err != nil {
 		return nil, fmt.Errorf("cluster: CLUSTER SHARDS: %w", err)
 	}
 	return parseShards(shards)
 }
 
+// view asks for the cluster's view, through a client of the cluster that
+// lives as long as c and is made at the first need.
+func (c *Cluster) view(ctx context.Context) (ClusterView, error) {
+	ctx, cancel := context.WithTimeout(ctx, max(c.cfg.Timeout, time.Second))
+	defer cancel()
+	if c.seeds == nil {
+		opt := c.opt
+		opt.DisableCache = true
+		seeds, err := rueidis.NewClient(opt)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		c.seeds = seeds
+	}
+	return askShards(ctx, c.seeds)
+}
+
 // parseShards reads a CLUSTER SHARDS reply: per shard, its slot ranges
 // and its nodes, one of them the master (role master, health online).
-func parseShards(shards []rueidis.RedisMessage) (view, error) {
-	v := make(view)
+func parseShards(shards []rueidis.RedisMessage) (ClusterView, error) {
+	v := make(ClusterView)
 	for _, s := range shards {
 		m, err := s.AsMap()
 		if err != nil {
@@ -184,7 +199,7 @@ func parseShards(shards []rueidis.RedisMessage) (view, error) {
 // each its slots, routes every slot to its master's, and stops the shard
 // actors of servers that no longer serve slots (after nothing routes to
 // them).
-func (c *Cluster) apply(v view) {
+func (c *Cluster) apply(v ClusterView) {
 	c.mu.Lock()
 	var r routes
 	for addr, slots := range v {
@@ -276,7 +291,9 @@ func (c *Cluster) close() {
 	c.system.ProcessRegistry.Remove(c.pid)
 	close(c.stop)
 	<-c.done
-	c.seeds.Close()
+	if c.seeds != nil {
+		c.seeds.Close()
+	}
 	c.apply(nil)
 }
 
@@ -337,33 +354,74 @@ func (c *Cluster) stats() Stats {
 }
 
 // markSlots writes the epoch marker of info's dataset in every slot the
-// shard's master serves (see epoch.lua), in calls of at most maxBatch:
-// marked when every one was written, failed when one was not (the
-// dataset changed since the probe).
+// shard's master serves (markEach): marked when every one was written,
+// failed when one was not (the dataset changed since the probe).
 func (a *nodeActor) markSlots(client rueidis.Client, info Info) (marked, failed bool) {
-	slots := a.cfg.Slots.get()
-	if len(slots) == 0 {
-		return false, false
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*a.probeTimeout())
 	defer cancel()
+	marked, err := markEach(ctx, client, a.cfg.EpochKey, a.cfg.Slots.get(), info, !a.cfg.UnsafeEviction)
+	return marked, err == nil && !marked
+}
+
+// markEach writes the epoch marker of info's dataset in each slot of
+// slots, as Conn.Mark writes one (epoch.lua), in calls of at most
+// maxBatch: false, without error, when one was not written (the dataset
+// changed since the probe), or when slots is empty.
+func markEach(ctx context.Context, client rueidis.Client, epochKey string, slots []uint16, info Info, checkEvicted bool) (bool, error) {
 	cmds := make(rueidis.Commands, 0, min(len(slots), maxBatch))
 	for from := 0; from < len(slots); from += maxBatch {
 		cmds = cmds[:0]
 		for _, s := range slots[from:min(from+maxBatch, len(slots))] {
-			cmds = append(cmds, markCmd(client, markerKey(a.cfg.EpochKey, s), info, !a.cfg.UnsafeEviction))
+			cmds = append(cmds, markCmd(client, markerKey(epochKey, s), info, checkEvicted))
 		}
 		for _, r := range client.DoMulti(ctx, cmds...) {
-			n, err := r.AsInt64()
-			switch {
-			case err == nil && n == 0:
-				return false, true
-			case err != nil:
-				return false, false // the next batch of acquires finds no marker
+			if n, err := r.AsInt64(); err != nil || n != 1 {
+				return false, err
 			}
 		}
 	}
-	return true, false
+	return len(slots) > 0, nil
+}
+
+// ShardProbe is what a probe learnt of one master of a Redis Cluster.
+type ShardProbe struct {
+	Addr  string   // the master's
+	Slots []uint16 // the slots it serves, as the view said
+	Conn  *Conn    // its connection, probed; the caller closes it
+	Info  Info     // what the probe learnt, when Err is nil
+	Err   error
+}
+
+// ProbeCluster probes every master of view at once, each on a Conn of its
+// own, as its shard actor would: reading the epoch marker of its first
+// slot. opt is the cluster's (Target.Option).
+func ProbeCluster(ctx context.Context, opt rueidis.ClientOption, epochKey string, view ClusterView) []ShardProbe {
+	out := make([]ShardProbe, 0, len(view))
+	for addr, slots := range view {
+		o := opt
+		o.InitAddress = []string{addr}
+		out = append(out, ShardProbe{Addr: addr, Slots: slots, Conn: NewConn(o)})
+	}
+	slices.SortFunc(out, func(a, b ShardProbe) int { return int(a.Slots[0]) - int(b.Slots[0]) })
+	var wg sync.WaitGroup
+	for i := range out {
+		p := &out[i]
+		wg.Go(func() { p.Info, p.Err = p.Conn.Probe(ctx, markerKey(epochKey, p.Slots[0]), Info{}) })
+	}
+	wg.Wait()
+	return out
+}
+
+// MarkSlots is Mark for a master of a Redis Cluster: it writes the
+// epoch marker of the dataset a probe found (info) in each of slots, if
+// it is still that dataset (see epoch.lua): true if every one was
+// written.
+func (c *Conn) MarkSlots(ctx context.Context, epochKey string, slots []uint16, info Info, checkEvicted bool) (bool, error) {
+	client, err := c.get()
+	if err != nil {
+		return false, err
+	}
+	return markEach(ctx, client, epochKey, slots, info, checkEvicted)
 }
 
 // probeKey is the epoch marker a probe reads: on a cluster's shard, that

@@ -37,11 +37,12 @@ func newClusterHarness(t *testing.T, masters int, cfg Config) *clusterHarness {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = time.Second
 	}
-	n, err := DialCluster(t.Context(), h.system, cfg, rueidis.ClientOption{InitAddress: h.cluster.Addrs()[:1]})
+	opt := rueidis.ClientOption{InitAddress: h.cluster.Addrs()[:1]}
+	first, err := AskCluster(t.Context(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.node = n
+	h.node = SpawnCluster(h.system, cfg, opt, first)
 	t.Cleanup(func() {
 		h.node.Stop()
 		h.system.Shutdown()
