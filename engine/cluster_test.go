@@ -69,6 +69,29 @@ func TestClusterNode(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// The waiters of one engine woke on the other's releases, announced
+	// on each resource's shard.
+	for i, e := range engines {
+		if w := e.Stats().Wakeups; w.Release == 0 || w.Fallback > 0 {
+			t.Errorf("engine %d: wakeups %+v: want some on release, none on fallback", i, w)
+		}
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sharded := 0
+	for _, m := range masters {
+		if s, _ := m.Info(ctx, "commandstats", "cmdstat_spublish"); s != "" {
+			sharded++
+		}
+		if s, _ := m.Info(ctx, "commandstats", "cmdstat_publish"); s != "" {
+			t.Errorf("master %s announced with PUBLISH, to the whole cluster: %s", m.Addr(), s)
+		}
+	}
+	if sharded == 0 {
+		t.Error("no master announced with SPUBLISH")
+	}
 
 	l, err := engines[1].TryAcquire(ctx, "held")
 	if err != nil {

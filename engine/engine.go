@@ -93,6 +93,7 @@ func New(cfg Config) (*Engine, error) {
 		e.nodes = append(e.nodes, n)
 		e.pids = append(e.pids, n.PID)
 	}
+	e.lines.watch(e.nodes)
 	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors, lease.Shared{Nodes: e.pids, Addrs: cfg.Nodes,
 		DriftFactor: cfg.DriftFactor, EventBuffer: cfg.EventBuffer, Logger: cfg.Logger, Owner: (*leaseOwner)(e)})
 	e.tel.observe(e)

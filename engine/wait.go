@@ -34,8 +34,8 @@ type Wakeups struct {
 // share: a watcher per node and the engine's own channel. See resource.
 type lines struct {
 	e        *Engine
-	watchers []*node.Watcher
-	channel  string // the engine's own; watched from the first wait (listening)
+	watchers []watcher // by node
+	channel  string    // the engine's own; watched from the first wait (listening)
 	wakeups  [lease.WakeSplit + 1]atomic.Uint64
 	// keepFor: how long a kept place waits for its caller; as long as
 	// the next caller after a local release waits to hear of it
@@ -65,9 +65,23 @@ func newLines(e *Engine, channel string) *lines {
 	for i := range ls.shards {
 		ls.shards[i].byKey = make(map[string]*resource)
 	}
+	return ls
+}
+
+// watcher hears a node's release announcements: a node.Watcher, or a
+// node.ClusterWatcher for a Redis Cluster.
+type watcher interface {
+	Watch(channel string)
+	Unwatch(channel string)
+	Close()
+}
+
+// watch starts a watcher per node of nodes, the engine's node actors.
+func (ls *lines) watch(nodes []*node.Node) {
+	e := ls.e
 	for i, addr := range e.cfg.Nodes {
 		var refused sync.Once
-		ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, node.WatchHooks{
+		hooks := node.WatchHooks{
 			Refused: func(err error) {
 				refused.Do(func() {
 					e.cfg.Logger.Warn("redlease: node refuses SUBSCRIBE; callers waiting on a resource held by another engine are not woken by its release there: they ask again when the holder's key expires, or on their retry schedule",
@@ -81,9 +95,13 @@ func newLines(e *Engine, channel string) *lines {
 				}
 			},
 			Lost: func() { ls.lost(i) },
-		}))
+		}
+		if nodes[i].Cluster() != nil {
+			ls.watchers = append(ls.watchers, node.NewClusterWatcher(nodes[i], e.cfg.clientOption(addr), e.cfg.ConnectTimeout, hooks))
+		} else {
+			ls.watchers = append(ls.watchers, node.NewWatcher(e.cfg.clientOption(addr), e.cfg.ConnectTimeout, hooks))
+		}
 	}
-	return ls
 }
 
 // channelKey is the lock key of a release channel.

@@ -4,7 +4,9 @@
 -- KEYS[1] the epoch key; ARGV[1] the epoch marker acquires require (the
 -- lineage of the dataset the engine judged safe, then ' debug' when the
 -- process may run DEBUG), or '' for none; ARGV[2] the channel of the
--- engine that sends the batch (see grants below), or '' for none. Then,
+-- engine that sends the batch (see grants below), or '' for none; ARGV[3]
+-- '1' on a Redis Cluster's master, whose announcements go out on the
+-- sharded channel of the lock key's slot (SPUBLISH), else ''. Then,
 -- per command, its code in ARGV and its keys and arguments after those of
 -- the command before, as the protocol table in Go states them (node's
 -- scriptCmds; TestScriptAgreesWithTable checks these lines and arity
@@ -115,7 +117,10 @@
 -- is done (0) but leaving the queue with leave: keeping and leaving, the
 -- owner only leaves the queue, its key untouched, silently (a lease that
 -- won elsewhere). An uncontended announced release costs one EXISTS more;
--- a silent one (d) none. PUBLISH goes through pcall, since a server may
+-- a silent one (d) none. On a Redis Cluster the announcement goes out
+-- with SPUBLISH (ARGV[3]), to the subscribers of the shard that serves
+-- the lock key's slot, the channel's too: PUBLISH would reach every node
+-- of the cluster. It goes through pcall, since a server may
 -- deny it (an ACL without channels): the release stands.
 --
 -- Grants. A waiter that joins the queue through a batch of an engine that
@@ -363,7 +368,7 @@ local function run(c, k, a)
         standby = ''
       end
       if deleted or next ~= '' then
-        redis.pcall('PUBLISH', lock .. releasedSuffix,
+        redis.pcall(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', lock .. releasedSuffix,
           (deleted and (me or redis.sha1hex(value)) or '') .. ' ' .. next .. ' ' .. standby .. granted)
       end
     end
@@ -400,7 +405,7 @@ local function run(c, k, a)
 end
 
 local out, m = {}, 0
-local k, a, n = 2, 3, #ARGV
+local k, a, n = 2, 4, #ARGV
 
 -- runAll runs the commands from the current one on; an error stops it at
 -- the command that raised it. An unknown code stops it too, before k and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/internal/hashslot"
+	"github.com/redlease/redlease/internal/redisinfo"
 )
 
 // A Redis Cluster is one node, one vote, spread over its shards: a
@@ -57,13 +59,19 @@ type Cluster struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	mu     sync.Mutex
-	shards map[string]*shard // by master address
-	err    error             // the last view's failure
+	mu        sync.Mutex
+	shards    map[string]*shard // by master address
+	err       error             // the last view's failure
+	followers []func()          // called after each view applied (follow)
+	// formers are the masters that left the view, by address, with the
+	// slots they served: until one says it serves none of them, it may
+	// still take writes for them (split).
+	formers map[string][]uint16
 }
 
 // shard is a shard actor and the slots its master serves.
 type shard struct {
+	addr  string // its master's
 	node  *Node
 	slots *Slots
 }
@@ -80,8 +88,8 @@ func (s *Slots) get() []uint16 {
 	return nil
 }
 
-// routes is the shard actor of each slot; nil: no master serves it.
-type routes [hashslot.Count]*actor.PID
+// routes is the shard of each slot; nil: no master serves it.
+type routes [hashslot.Count]*shard
 
 // SpawnCluster starts a cluster node for the Redis Cluster that opt
 // reaches (Target.Option): a shard actor for each master of first (its
@@ -94,7 +102,8 @@ func SpawnCluster(system *actor.ActorSystem, cfg Config, opt rueidis.ClientOptio
 		cfg.HealthInterval = time.Second
 	}
 	c := &Cluster{system: system, cfg: cfg, opt: opt, kick: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{}), shards: make(map[string]*shard)}
+		stop: make(chan struct{}), done: make(chan struct{}), shards: make(map[string]*shard),
+		formers: make(map[string][]uint16)}
 	c.routes.Store(&routes{})
 	c.apply(first)
 	c.pid, _ = system.ProcessRegistry.Add(router{c}, "redlease-cluster-"+system.ProcessRegistry.NextId())
@@ -205,7 +214,7 @@ func (c *Cluster) apply(v ClusterView) {
 	for addr, slots := range v {
 		s := c.shards[addr]
 		if s == nil {
-			s = &shard{slots: new(Slots)}
+			s = &shard{addr: addr, slots: new(Slots)}
 			cfg := c.cfg
 			cfg.Addr, cfg.Slots, cfg.Overlap = addr, s.slots, false
 			cfg.First, cfg.Moved = nil, c.refresh
@@ -217,7 +226,7 @@ func (c *Cluster) apply(v ClusterView) {
 		}
 		s.slots.p.Store(&slots)
 		for _, slot := range slots {
-			r[slot] = s.node.PID
+			r[slot] = s
 		}
 	}
 	var gone []*Node
@@ -225,13 +234,51 @@ func (c *Cluster) apply(v ClusterView) {
 		if _, ok := v[addr]; !ok {
 			gone = append(gone, s.node)
 			delete(c.shards, addr)
+			if v != nil { // not closing
+				c.formers[addr] = s.slots.get()
+			}
 		}
 	}
+	for addr := range v {
+		delete(c.formers, addr) // a master again
+	}
 	c.routes.Store(&r)
+	followers := c.followers
 	c.mu.Unlock()
+	for _, f := range followers {
+		f()
+	}
 	for _, n := range gone {
 		n.Stop()
 	}
+}
+
+// follow has f called after each change of the cluster's view has been
+// applied (a ClusterWatcher moves its channels).
+func (c *Cluster) follow(f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.followers = append(c.followers, f)
+}
+
+// masters are the addresses of the masters that serve slots now.
+func (c *Cluster) masters() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.shards))
+	for addr := range c.shards {
+		out = append(out, addr)
+	}
+	return out
+}
+
+// masterOf is the address of the master that serves slot now, "" when
+// none does.
+func (c *Cluster) masterOf(slot int) string {
+	if s := c.routes.Load()[slot]; s != nil {
+		return s.addr
+	}
+	return ""
 }
 
 // refresh asks for the cluster's view soon: a shard refused a command
@@ -265,14 +312,88 @@ func (c *Cluster) watch() {
 			cancel()
 		}()
 		v, err := c.view(ctx)
-		cancel()
 		c.mu.Lock()
 		c.err = err
 		c.mu.Unlock()
 		if err == nil {
 			c.apply(v)
 		}
+		c.split(ctx)
+		cancel()
 	}
+}
+
+// split asks each former master whether it still serves slots it served
+// (a failover that promoted a replica without it: CLUSTER FAILOVER FORCE
+// or TAKEOVER, or one it was cut off from): it takes the writes of
+// engines that have not yet moved, which its demotion loses. Each shard
+// now serving such slots hears of it at its next probe (Info.Split), and
+// sits out a quarantine until Quarantine after the first probe that no
+// longer hears of it (see checked). A former master that says it serves
+// none of them, or that does not answer, is forgotten; one whose
+// cluster_state is not ok refuses every command, and so takes no write.
+func (c *Cluster) split(ctx context.Context) {
+	c.mu.Lock()
+	formers := maps.Clone(c.formers)
+	c.mu.Unlock()
+	claims := make(map[string][]uint16) // a former master's slots that it still serves
+	for addr, slots := range formers {
+		served, err := c.serves(ctx, addr)
+		if err != nil || len(served) == 0 {
+			c.mu.Lock()
+			delete(c.formers, addr)
+			c.mu.Unlock()
+			continue
+		}
+		for _, s := range slots {
+			if _, ok := slices.BinarySearch(served, s); ok {
+				claims[addr] = append(claims[addr], s)
+			}
+		}
+	}
+	r := c.routes.Load()
+	splits := make(map[*shard][]string)
+	for addr, slots := range claims {
+		for _, s := range slots {
+			if sh := r[s]; sh != nil && !slices.Contains(splits[sh], addr) {
+				splits[sh] = append(splits[sh], addr)
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, sh := range c.shards {
+		sh.node.actor.conn.setSplit(splits[sh])
+	}
+}
+
+// serves asks the server at addr, on a connection of its own, which slots
+// it serves as a master, by its own view of the cluster: none when its
+// cluster_state is not ok.
+func (c *Cluster) serves(ctx context.Context, addr string) ([]uint16, error) {
+	opt := c.opt
+	opt.InitAddress, opt.ForceSingleClient, opt.DisableCache = []string{addr}, true, true
+	client, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, max(c.cfg.Timeout, time.Second))
+	defer cancel()
+	res := client.DoMulti(ctx, client.B().ClusterInfo().Build(), client.B().ClusterShards().Build())
+	info, err := res[0].ToString()
+	if err != nil {
+		return nil, err
+	}
+	if state, _ := redisinfo.Field(info, "cluster_state"); state != "ok" {
+		return nil, nil
+	}
+	shards, err := res[1].ToArray()
+	if err != nil {
+		return nil, err
+	}
+	v, err := parseShards(shards)
+	return v[addr], err
 }
 
 // Shards returns the cluster's shard actors, by master address.
@@ -311,8 +432,8 @@ func (r router) SendUserMessage(_ *actor.PID, msg any) {
 		return
 	}
 	req := cmd.request()
-	if pid := r.c.routes.Load()[hashslot.Of(req.Key)]; pid != nil {
-		r.c.system.Root.Send(pid, cmd)
+	if s := r.c.routes.Load()[hashslot.Of(req.Key)]; s != nil {
+		r.c.system.Root.Send(s.node.PID, cmd)
 		return
 	}
 	r.c.refresh()

@@ -42,7 +42,7 @@ type Conn struct {
 
 	mu      sync.Mutex
 	addr    string   // the server connected to, or to connect to
-	split   []string // a master set's other servers that still answer as masters
+	split   []string // a master set's other servers that still answer as masters; a cluster shard's former masters (setSplit)
 	client  rueidis.Client
 	closed  bool
 	err     error     // the last dial error
@@ -173,6 +173,14 @@ func (c *Conn) Addr() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.addr
+}
+
+// setSplit sets what the next probe reports as Info.Split: for a cluster's
+// shard, the former masters that still serve its slots (Cluster.split).
+func (c *Conn) setSplit(split []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.split = split
 }
 
 // splitMasters are the master set's other servers that the sentinels saw

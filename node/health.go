@@ -172,7 +172,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	cmds[pCommandstats] = b.Info().Section("commandstats").Build()
 	cmds[pEpoch] = b.Get().Key(epochKey).Build()
 	cmds[pScriptLoad] = b.ScriptLoad().Script(batchScript.body).Build()
-	cmds[pEvalsha] = b.Evalsha().Sha1(batchScript.sha).Numkeys(1).Key(epochKey).Arg("", "").Build() // a batch of no command
+	cmds[pEvalsha] = b.Evalsha().Sha1(batchScript.sha).Numkeys(1).Key(epochKey).Arg("", "", "").Build() // a batch of no command
 	cmds[pConfig] = b.ConfigGet().Parameter("enable-debug-command").Build()
 	// An ACL may deny either: a denied EXEC ends the transaction
 	// (EXECABORT), as TestACLDeniedCommands checks.
@@ -405,14 +405,19 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 	case prev.Trusted() && !info.Trusted():
 		a.lostData(at, "epoch marker gone")
 	}
-	if len(info.Split) > 0 {
-		// Whatever it grants now is lost when Sentinel demotes it: the
-		// new master must not grant until that has expired.
+	switch {
+	case len(info.Split) > 0:
+		// Whatever it grants now is lost when it is demoted: the new
+		// master must not grant until that has expired.
 		if a.health.quarantined(at) {
 			a.quarantine(at)
 		} else {
 			a.lostData(at, "its former master "+strings.Join(info.Split, ", ")+" still takes writes")
 		}
+	case len(prev.Split) > 0:
+		// The former master was demoted since the last probe, having
+		// taken writes until then: count from now.
+		a.quarantine(at)
 	}
 	if info.Trusted() && !a.health.quarantined(at) {
 		a.health.epochPending = false

@@ -751,7 +751,7 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	}
 	plainEnd := len(cmds)
 	for _, c := range w.calls {
-		cmds = append(cmds, w.script.build(client, batch[c.from:c.to], a.markerKey(c), j.epoch, j.channel, &w.ttl))
+		cmds = append(cmds, w.script.build(client, batch[c.from:c.to], a.markerKey(c), j.epoch, j.channel, a.cfg.Slots != nil, &w.ttl))
 	}
 	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)

@@ -106,7 +106,7 @@ func scriptHolds(ctx context.Context, t *testing.T, c rueidis.Client, epoch stri
 	var s scriptArgs
 	var ttl millis
 	e := entry{op: opCheck, req: &Request{Key: "{k}", Value: "v"}}
-	arr, err := c.Do(ctx, s.build(c, []entry{e}, epochKey, epoch, "", &ttl)).ToArray()
+	arr, err := c.Do(ctx, s.build(c, []entry{e}, epochKey, epoch, "", false, &ttl)).ToArray()
 	if err != nil || len(arr) != 1 {
 		t.Fatalf("script: %v %v", arr, err)
 	}

@@ -61,13 +61,14 @@ type scriptArgs struct {
 // build returns the batch script's call for batch (EVALSHA: a probe loads
 // the script): acquires (and grants) require the epoch marker epoch, and
 // the replication id it names, unless it is ""; the waiters it queues are
-// granted while the engine listens on channel (Config.Channel).
-func (s *scriptArgs) build(c rueidis.Client, batch []entry, epochKey, epoch, channel string, ttl *millis) rueidis.Completed {
+// granted while the engine listens on channel (Config.Channel); sharded,
+// releases are announced with SPUBLISH (a Redis Cluster's shard).
+func (s *scriptArgs) build(c rueidis.Client, batch []entry, epochKey, epoch, channel string, sharded bool, ttl *millis) rueidis.Completed {
 	if !queues(batch) {
 		channel = "" // unread: spare the bytes
 	}
 	s.keys = append(s.keys[:0], epochKey)
-	s.args = append(s.args[:0], epoch, channel)
+	s.args = append(s.args[:0], epoch, channel, flag(sharded))
 	for i := range batch {
 		s.add(&batch[i], ttl)
 	}

@@ -36,7 +36,8 @@ const (
 // Sentinel's default periods up to some 18s when an operator asks for
 // the failover and both are up): engines that have not yet moved still
 // acquire there, keys the new master will never have. So the quarantine
-// lasts until Quarantine after the last probe that saw one (the safety
+// lasts until Quarantine after the first probe that no longer saw one:
+// the last writes it took came before that probe (the safety
 // checker's sentinel failover found overlaps in that gap when the
 // quarantine was timed from the switch alone, with Sentinel's default
 // periods too: its sentinel-default topology).

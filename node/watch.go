@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +38,9 @@ type Watcher struct {
 	opt     rueidis.ClientOption
 	timeout time.Duration
 	hooks   WatchHooks
+	// sharded: a Redis Cluster master's watcher (ClusterWatcher), which
+	// listens on release channels with SSUBSCRIBE.
+	sharded bool
 
 	mu      sync.Mutex
 	ops     []watchOp
@@ -157,7 +161,12 @@ func (w *Watcher) loop() {
 			case wanted:
 				delete(want, op.channel)
 				if s != nil {
-					s.do(w.timeout, s.client.B().Unsubscribe().Channel(op.channel).Build())
+					b := s.client.B()
+					cmd := b.Unsubscribe().Channel(op.channel).Build()
+					if w.shards(op.channel) {
+						cmd = b.Sunsubscribe().Channel(op.channel).Build()
+					}
+					s.do(w.timeout, cmd)
 				}
 			}
 		}
@@ -182,18 +191,49 @@ func (w *Watcher) subscribe(s *subscriber, channels []string, want map[string]bo
 	if len(channels) == 0 {
 		return
 	}
-	ok := false
+	ok := make([]bool, len(channels))
 	if s != nil {
-		err := s.do(w.timeout, s.client.B().Subscribe().Channel(channels...).Build())
-		if _, server := rueidis.IsRedisErr(err); server && w.hooks.Refused != nil {
-			w.hooks.Refused(err)
+		// SUBSCRIBE takes them all; SSUBSCRIBE only channels of one slot.
+		var plain []string
+		var cmds rueidis.Commands
+		b := s.client.B()
+		for _, ch := range channels {
+			if w.shards(ch) {
+				cmds = append(cmds, b.Ssubscribe().Channel(ch).Build())
+			} else {
+				plain = append(plain, ch)
+			}
 		}
-		ok = err == nil
+		if len(plain) > 0 {
+			cmds = append(cmds, b.Subscribe().Channel(plain...).Build())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+		res := s.conn.DoMulti(ctx, cmds...)
+		cancel()
+		sharded := 0
+		for i, ch := range channels {
+			r := res[len(res)-1] // the SUBSCRIBE
+			if w.shards(ch) {
+				r = res[sharded]
+				sharded++
+			}
+			err := r.Error()
+			if re, server := rueidis.IsRedisErr(err); server && !movedSlot(re) && w.hooks.Refused != nil {
+				w.hooks.Refused(err)
+			}
+			ok[i] = err == nil
+		}
 	}
-	for _, ch := range channels {
-		want[ch] = ok
-		w.hooks.Watched(ch, ok)
+	for i, ch := range channels {
+		want[ch] = ok[i]
+		w.hooks.Watched(ch, ok[i])
 	}
+}
+
+// shards reports whether the watcher listens on channel with SSUBSCRIBE:
+// a release channel, on a Redis Cluster master.
+func (w *Watcher) shards(channel string) bool {
+	return w.sharded && strings.HasSuffix(channel, ReleasedSuffix)
 }
 
 // subscriber is one subscribed connection.
