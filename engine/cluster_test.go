@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/hashslot"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 	"github.com/redlease/redlease/node"
 )
 
@@ -116,4 +118,73 @@ func TestClusterNode(t *testing.T) {
 	if len(r.Shards) != 3 || slots != 16384 || !r.Trusted || !r.Serves(time.Now()) {
 		t.Fatalf("InspectNodes: %+v, want 3 trusted shards serving every slot", r)
 	}
+}
+
+// A shard whose master fails over to a replica that lacks a lease's key is
+// a restart of that shard alone: until every lease it may have held
+// expired, nobody takes the lost key (neither this engine nor one that
+// meets the new master first), while the resources of the other shards
+// keep being served.
+func TestClusterFailoverIsAShardRestart(t *testing.T) {
+	const ttl = 8 * time.Second // well beyond a failover
+	c := redisproc.StartRedisClusterT(t, 3, 1)
+	spec := clusterNode(c)
+	tune := func(cfg *Config) { cfg.TTL, cfg.HealthInterval = ttl, 50*time.Millisecond }
+	ctx := t.Context()
+	if err := MarkNew(ctx, Config{Nodes: []string{spec}}); err != nil {
+		t.Fatalf("MarkNew: %v", err)
+	}
+	e := newEngine(t, []string{spec}, tune)
+	master, err := c.MasterOf(ctx, hashslot.Of(lockKey("r")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A resource on another shard.
+	other := ""
+	for i := 0; other == ""; i++ {
+		if m, err := c.MasterOf(ctx, hashslot.Of(lockKey(fmt.Sprint("other-", i)))); err == nil && m != master {
+			other = fmt.Sprint("other-", i)
+		}
+	}
+	var l *Lease
+	promoted, err := c.FailoverLosingWrites(ctx, master, "TAKEOVER", func(old *redisproc.Node) error {
+		var err error
+		l, err = e.TryAcquire(ctx, "r")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	if _, ok, err := promoted.Get(ctx, lockKey("r")); err != nil || ok {
+		t.Fatalf("the promoted replica has the lost key (%v): the failover lost nothing", err)
+	}
+	if left := time.Until(l.Until()); left < ttl/8 {
+		t.Fatalf("the failover took so long that the lease has %v left: the test proves little", left)
+	}
+	fresh := newEngine(t, []string{spec}, tune)
+	served := 0
+	for time.Now().Before(l.Until()) {
+		for _, eng := range []*Engine{e, fresh} {
+			if l2, err := eng.TryAcquire(ctx, "r"); err == nil {
+				left := time.Until(l.Until())
+				_ = l2.Release(context.Background())
+				t.Fatalf("granted %q, whose key the failover lost, %v before its holder's lease ends", "r", left)
+			}
+		}
+		if l2, err := e.TryAcquire(ctx, other); err == nil {
+			served++
+			_ = l2.Release(ctx)
+		}
+		time.Sleep(10 * time.Millisecond) // not an order: a pace
+	}
+	if served == 0 {
+		t.Error("the other shards' resources were not served during the failed shard's quarantine")
+	}
+	testwait.Eventually(t, 2*ttl, "the failed-over shard serving again", func() bool {
+		l2, err := e.TryAcquire(ctx, "r")
+		if err == nil {
+			_ = l2.Release(ctx)
+		}
+		return err == nil
+	})
 }
