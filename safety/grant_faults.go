@@ -59,7 +59,12 @@ func (r *run) fenceExpiry(ctx context.Context, rng *rand.Rand) error {
 	key := node.FenceKey(lockKey(fmt.Sprintf("res-%d", res)))
 	deleted := false
 	var errs []error
-	for _, n := range r.cluster.Nodes {
+	for i := range r.addrs {
+		n, err := r.serverOf(ctx, i, key)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		got, err := n.Do(ctx, "DEL", key)
 		errs = append(errs, err)
 		deleted = deleted || got == int64(1)
@@ -106,14 +111,22 @@ func (r *run) quarantinedLeave(ctx context.Context, rng *rand.Rand, k int) error
 			foreign = append(foreign, j)
 		}
 	}
+	var foreigners []*redisproc.Node
 	for _, j := range foreign {
-		if err := r.cluster.Nodes[j].Set(ctx, key, "foreign", 0); err != nil {
+		n, err := r.serverOf(ctx, j, key)
+		if err != nil {
+			return err
+		}
+		foreigners = append(foreigners, n)
+	}
+	for _, n := range foreigners {
+		if err := n.Set(ctx, key, "foreign", 0); err != nil {
 			return err
 		}
 	}
 	l, err := es[0].TryAcquire(ctx, resource)
-	for _, j := range foreign {
-		_, _ = r.cluster.Nodes[j].Do(ctx, "DEL", key)
+	for _, n := range foreigners {
+		_, _ = n.Do(ctx, "DEL", key)
 	}
 	if err != nil {
 		return err
@@ -280,7 +293,7 @@ func (r *run) killedAfterRelease(ctx context.Context, rng *rand.Rand) error {
 		}
 	}()
 	for i, a := range r.addrs {
-		if r.sets[i] != nil { // a master set, reached by its sentinels: its link outlives the process
+		if r.kindOf(i) != Standalone { // reached by its sentinels or its nodes: its link outlives the process
 			addrs[i] = a
 			continue
 		}
@@ -323,7 +336,11 @@ func (r *run) killedAfterRelease(ctx context.Context, rng *rand.Rand) error {
 		return ctx.Err()
 	}
 	left := map[string]int{}
-	for _, n := range r.cluster.Nodes {
+	for i := range r.addrs {
+		n, err := r.serverOf(ctx, i, lockKey(resource))
+		if err != nil {
+			return err
+		}
 		v, ok, err := n.Get(ctx, lockKey(resource))
 		if pttl, err2 := n.PTTL(ctx, lockKey(resource)); err == nil && err2 == nil && ok && pttl > r.cfg.TTL+r.cfg.TTL/2 {
 			left[v]++

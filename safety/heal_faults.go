@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/redlease/redlease/engine"
-	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // FaultHeal: a held, auto-extended lease loses its key on one node (its
@@ -58,10 +57,13 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 		return err
 	}
 	resource := fmt.Sprintf("heal-%d", rng.Uint64())
-	lapse := func(nodes ...*redisproc.Node) error {
+	lapse := func(nodes ...int) error { // the key's lapse on nodes
 		var errs []error
-		for _, n := range nodes {
-			_, err := n.Do(ctx, "DEL", lockKey(resource))
+		for _, i := range nodes {
+			n, err := r.serverOf(ctx, i, lockKey(resource))
+			if err == nil {
+				_, err = n.Do(ctx, "DEL", lockKey(resource))
+			}
 			errs = append(errs, err)
 		}
 		return errors.Join(errs...)
@@ -93,7 +95,7 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 	}()
 	extensions := 1
 	if len(r.cluster.Nodes) > 1 { // on one node, that loss is the lapse
-		if err := lapse(r.cluster.Nodes[k]); err != nil {
+		if err := lapse(k); err != nil {
 			return err
 		}
 		extensions = 2 // the first heals node k
@@ -109,13 +111,21 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 		// The first extension healed node k (the heal goes right after
 		// the round that won): a fault whose heal did not happen is not
 		// this one.
-		if v, _, err := r.cluster.Nodes[k].Get(ctx, lockKey(resource)); err != nil || v != l.Value() {
+		n, err := r.serverOf(ctx, k, lockKey(resource))
+		if err != nil {
+			return err
+		}
+		if v, _, err := n.Get(ctx, lockKey(resource)); err != nil || v != l.Value() {
 			return fmt.Errorf("node %d not healed after two extensions: it holds %q (%v)", k+1, v, err)
 		}
 	}
 	r.lapses = append(r.lapses, Lapse{Resource: resource, Value: l.Value(), At: time.Now(), Until: l.Until()})
 	lapsed = true
-	if err := lapse(r.cluster.Nodes...); err != nil {
+	all := make([]int, len(r.addrs))
+	for i := range all {
+		all[i] = i
+	}
+	if err := lapse(all...); err != nil {
 		return err
 	}
 	// Before the lease's next extension: a third of a TTL from the last.

@@ -15,6 +15,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/hashslot"
 	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/node"
 )
@@ -113,7 +114,8 @@ func Kinds() []string {
 		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
 		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover,
 		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep,
-		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal, FaultSentinelFailover, FaultACL}
+		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal, FaultSentinelFailover, FaultACL,
+		FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot}
 }
 
 // Node kinds, as Config.Topology names them.
@@ -129,12 +131,34 @@ const (
 	// failover the former master stays writable up to 18s, not ~1s. Each
 	// failover takes some 20s.
 	SentinelDefault = "sentinel-default"
+	// ClusterNode: a Redis Cluster of clusterMasters masters with a
+	// replica each, reached by its nodes (cluster://...).
+	ClusterNode = "cluster"
 )
 
-// onMasterSets reports whether a fault of kind hits master sets (and
-// only them); the others hit standalone nodes only, most of them through
-// the node's proxy.
-func onMasterSets(kind string) bool { return kind == FaultSentinelFailover }
+// hits is the kind of node a fault of kind hits (and only those):
+// Sentinel for master sets, ClusterNode for clusters, Standalone for the
+// others, most of them through the node's proxy.
+func hits(kind string) string {
+	switch {
+	case kind == FaultSentinelFailover:
+		return Sentinel
+	case onClusters(kind):
+		return ClusterNode
+	}
+	return Standalone
+}
+
+// kindOf is the kind of node i, as hits names it.
+func (r *run) kindOf(i int) string {
+	switch {
+	case r.sets[i] != nil:
+		return Sentinel
+	case r.clusters[i] != nil:
+		return ClusterNode
+	}
+	return Standalone
+}
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
 type Config struct {
@@ -142,10 +166,10 @@ type Config struct {
 	// (free ports, temporary directories), breaks, and stops at the end.
 	// [5, or len(Topology)]
 	Nodes int
-	// Topology gives the kind of each node, Standalone, Sentinel or
-	// SentinelDefault; nil: Nodes standalone nodes. Each fault kind hits
-	// the nodes of its kind (onMasterSets); one that finds none is not
-	// injected.
+	// Topology gives the kind of each node, Standalone, Sentinel,
+	// SentinelDefault or ClusterNode; nil: Nodes standalone nodes. Each
+	// fault kind hits the nodes of its kind (hits); one that finds none is
+	// not injected.
 	Topology  []string
 	Duration  time.Duration // [30s]
 	Engines   int           // engines at the start [3]
@@ -373,6 +397,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	defer spare.Close()
 	r := &run{cfg: cfg, cluster: &redisproc.Cluster{}, spare: spare, faults: map[string]int{},
 		proxies: make([]*Proxy, cfg.Nodes), addrs: make([]string, cfg.Nodes), sets: make([]*redisproc.SentinelSet, cfg.Nodes),
+		clusters:  make([]*redisproc.RedisCluster, cfg.Nodes),
 		restarted: make([]time.Time, cfg.Nodes)}
 	defer r.cluster.Close()
 	for i, kind := range cfg.Topology {
@@ -402,8 +427,16 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			defer set.Close()
 			r.cluster.Nodes = append(r.cluster.Nodes, set.Servers[0]) // its master, while it is
 			r.sets[i], r.addrs[i] = set, node.Target{MasterSet: set.Name, Sentinels: set.SentinelAddrs()}.String()
+		case ClusterNode:
+			c, err := redisproc.StartRedisCluster(clusterMasters, 1)
+			if err != nil {
+				return Report{}, fmt.Errorf("safety: %w", err)
+			}
+			defer c.Close()
+			r.cluster.Nodes = append(r.cluster.Nodes, c.Servers[0]) // a master, at first
+			r.clusters[i], r.addrs[i] = c, node.Target{Cluster: c.Addrs()}.String()
 		default:
-			return Report{}, fmt.Errorf("safety: node kind %q: the kinds are %q, %q and %q", kind, Standalone, Sentinel, SentinelDefault)
+			return Report{}, fmt.Errorf("safety: node kind %q: the kinds are %q, %q, %q and %q", kind, Standalone, Sentinel, SentinelDefault, ClusterNode)
 		}
 	}
 	r.log = newEngineLog(r.addrs)
@@ -560,12 +593,14 @@ type run struct {
 	spare   *redisproc.Cluster       // one node, the next failover's replica
 	proxies []*Proxy                 // nil for a master set
 	sets    []*redisproc.SentinelSet // the master sets; nil for a standalone node
-	addrs   []string                 // the proxies' and master sets', which the engines dial
-	rec     Recorder
-	store   Store
-	log     *engineLog
-	idles   int            // idle engines made, to name them
-	wg      sync.WaitGroup // workers, injector, progress, retiring engines
+	// clusters are the Redis Clusters; nil for a node of another kind.
+	clusters []*redisproc.RedisCluster
+	addrs    []string // the proxies' and master sets', which the engines dial
+	rec      Recorder
+	store    Store
+	log      *engineLog
+	idles    int            // idle engines made, to name them
+	wg       sync.WaitGroup // workers, injector, progress, retiring engines
 
 	nodesDown    atomic.Int32 // nodes dead or paused right now
 	failures     atomic.Int64
@@ -932,12 +967,12 @@ func (r *run) inject(ctx context.Context) {
 	}
 }
 
-// nodesFor returns the nodes a fault of kind may hit: the master sets, or
-// the standalone nodes.
+// nodesFor returns the nodes a fault of kind may hit: those of the kind
+// it hits.
 func (r *run) nodesFor(kind string) []int {
 	var on []int
-	for i, set := range r.sets {
-		if (set != nil) == onMasterSets(kind) {
+	for i := range r.addrs {
+		if r.kindOf(i) == hits(kind) {
 			on = append(on, i)
 		}
 	}
@@ -1071,8 +1106,19 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.sentinelFailover(ctx, k, hold)
 	case FaultACL:
 		return r.acl(ctx, rng, k, hold)
+	case FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot:
+		return r.clusterFault(ctx, rng, kind, k, hold) // cluster_faults.go
 	}
 	return nil
+}
+
+// serverOf is the server of node i that holds key: node i's, or, for a
+// cluster, the master that serves key's slot now.
+func (r *run) serverOf(ctx context.Context, i int, key string) (*redisproc.Node, error) {
+	if c := r.clusters[i]; c != nil {
+		return c.MasterOf(ctx, hashslot.Of(key))
+	}
+	return r.cluster.Nodes[i], nil
 }
 
 // acl takes pub/sub, transactions and CONFIG from node k's default user
@@ -1105,28 +1151,10 @@ func (r *run) acl(ctx context.Context, rng *rand.Rand, k int, hold time.Duration
 // others have met the new one. The old master becomes the replica.
 func (r *run) sentinelFailover(ctx context.Context, k int, hold time.Duration) error {
 	set := r.sets[k]
-	if r.laggard == nil {
-		health := laggardHealth
-		if slices.Contains(r.cfg.Topology, SentinelDefault) {
-			health = laggardHealthDefault
-		}
-		e, err := r.startEngine("laggard", engine.Config{Nodes: r.addrs, TTL: r.cfg.TTL, HealthInterval: health})
-		if err != nil {
-			return err
-		}
-		r.laggard = e
+	stop, err := r.lag(ctx)
+	if err != nil {
+		return err
 	}
-	lctx, stop := context.WithCancel(ctx)
-	var lag sync.WaitGroup
-	rng := r.rand(laggardStream + uint64(len(r.timeline))) // the injector's alone
-	lag.Go(func() {
-		for lctx.Err() == nil {
-			if err := r.hold(lctx, r.laggard, "laggard", rng); err != nil {
-				sleep(lctx, 10*time.Millisecond)
-			}
-		}
-	})
-	defer lag.Wait()
 	defer stop()
 	r.nodesDown.Add(1) // quarantined once the engines meet the new master
 	defer r.nodesDown.Add(-1)
@@ -1139,6 +1167,38 @@ func (r *run) sentinelFailover(ctx context.Context, k int, hold time.Duration) e
 	}
 	r.restarted[k] = time.Now()
 	return err
+}
+
+// lag has a laggard work until stop: an engine that probes its nodes
+// only every laggardHealth (and asks a cluster for its view as seldom),
+// so that it keeps acquiring on a former master until it is demoted,
+// while the others have met the new one.
+func (r *run) lag(ctx context.Context) (stop func(), err error) {
+	if r.laggard == nil {
+		health := laggardHealth
+		if slices.Contains(r.cfg.Topology, SentinelDefault) {
+			health = laggardHealthDefault
+		}
+		e, err := r.startEngine("laggard", engine.Config{Nodes: r.addrs, TTL: r.cfg.TTL, HealthInterval: health})
+		if err != nil {
+			return nil, err
+		}
+		r.laggard = e
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	var lag sync.WaitGroup
+	rng := r.rand(laggardStream + uint64(len(r.timeline))) // the injector's alone
+	lag.Go(func() {
+		for lctx.Err() == nil {
+			if err := r.hold(lctx, r.laggard, "laggard", rng); err != nil {
+				sleep(lctx, 10*time.Millisecond)
+			}
+		}
+	})
+	return func() {
+		cancel()
+		lag.Wait()
+	}, nil
 }
 
 // evict has node n evict keys for a while (FaultEviction). The working
