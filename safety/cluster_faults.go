@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/hashslot"
 	"github.com/redlease/redlease/internal/redisproc"
 )
@@ -21,17 +22,21 @@ const (
 	// the new master never had them); the laggard (see lag) keeps
 	// acquiring meanwhile. The old master becomes its replica.
 	FaultShardFailover = "shard failover"
-	// FaultShardKill: the shard's master is killed; the cluster promotes
-	// its replica after its node timeout (writes not yet replicated are
-	// lost); the killed process comes back empty, a replica.
+	// FaultShardKill: the shard's master is killed, its replica cut off
+	// from a lease's write (lost, as writes not yet replicated are when
+	// a master crashes); the cluster promotes the replica after its node
+	// timeout; the killed process comes back empty, a replica. The lease
+	// is loseLease's, long enough to outlive the failover.
 	FaultShardKill = "shard kill"
 	// FaultSlotMigration: the resource's slot moves, with its keys (held
 	// leases, queues of waiters, the slot's epoch marker), to another
 	// master, while the workers acquire and release.
 	FaultSlotMigration = "slot migration"
-	// FaultShardSnapshot: the shard's master saves a snapshot, takes
-	// writes for half a hold, and restarts from the snapshot (if the
-	// restart outlasts the node timeout, its replica takes over first).
+	// FaultShardSnapshot: the shard's master saves a snapshot, its
+	// replica is cut off from a lease's write (loseLease's), and it
+	// restarts from the snapshot, without that write (if the restart
+	// outlasts the node timeout, the replica, which lacks it too, takes
+	// over first).
 	FaultShardSnapshot = "shard snapshot restart"
 )
 
@@ -74,24 +79,17 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 		r.restarted[k] = time.Now()
 		return err
 	case FaultShardKill:
-		r.nodesDown.Add(1)
-		defer r.nodesDown.Add(-1)
-		if err := master.Kill(); err != nil {
-			return err
-		}
-		// The replica takes over after the node timeout.
-		for deadline := time.Now().Add(15 * time.Second); ; {
-			if m, err := c.MasterOf(ctx, slot); err == nil && m != master {
-				break
+		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+			r.nodesDown.Add(1)
+			defer r.nodesDown.Add(-1)
+			kctx, cancel := context.WithTimeout(ctx, 15*time.Second) // the replica takes over after the node timeout
+			defer cancel()
+			killed, err := c.KillLosingWrites(kctx, slot, func(*redisproc.Node) error { return write() })
+			if killed == nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				return errors.Join(errors.New("no replica took over within 15s"), r.restart(k, master.Restart))
-			}
-			if !sleep(ctx, 50*time.Millisecond) {
-				return errors.Join(ctx.Err(), r.restart(k, master.Restart))
-			}
-		}
-		return r.restart(k, master.Restart) // empty: no persistence
+			return errors.Join(err, r.restart(k, killed.Restart)) // empty: no persistence
+		})
 	case FaultSlotMigration:
 		masters, err := c.Masters(ctx)
 		if err != nil {
@@ -108,13 +106,82 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 		}
 		return c.MigrateSlot(ctx, slot, to[rng.IntN(len(to))])
 	case FaultShardSnapshot:
-		if err := master.Save(ctx); err != nil {
+		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+			r.nodesDown.Add(1)
+			defer r.nodesDown.Add(-1)
+			_, err := c.SnapshotRestartLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() })
+			r.restarted[k] = time.Now()
 			return err
-		}
-		sleep(ctx, hold/2) // leases come and go after the snapshot
-		r.nodesDown.Add(1)
-		defer r.nodesDown.Add(-1)
-		return r.restart(k, master.RestartFromSnapshot)
+		})
 	}
 	return fmt.Errorf("no cluster fault %q", kind)
+}
+
+// clusterTTLs is how many of the workers' TTLs loseLease's leases last:
+// beyond a failover after the node timeout (1s), and the restart of a
+// cluster's master.
+const clusterTTLs = 20
+
+// loseLease has lose lose a lease's key on a cluster's shard: lose calls
+// write while the shard's master takes writes that no server will keep
+// (its replica cut off), and write takes the lease, on a resource of its
+// own in slot, with an engine of the fault's own whose leases last
+// clusterTTLs of the workers' (the workers' are shorter than a shard's
+// failover: their keys would be gone anyway). Then the fault's other
+// engine tries to take the resource until that lease ends: the recorder
+// sees both if it can. Both engines sit out the quarantine of their own
+// MaxTTL (that long TTL), unless the run's is set.
+func (r *run) loseLease(ctx context.Context, rng *rand.Rand, k int, lose func(slot int, write func() error) error) error {
+	ttl := clusterTTLs * r.cfg.TTL
+	for len(r.shardEngines) < 2 {
+		e, err := r.startEngine(fmt.Sprintf("shard%d", len(r.shardEngines)),
+			engine.Config{Nodes: r.addrs, TTL: ttl, HealthInterval: workHealth})
+		if err != nil {
+			return err
+		}
+		r.shardEngines = append(r.shardEngines, e)
+	}
+	es := r.shardEngines
+	// Not while they sit a node out since the last time (their
+	// quarantine is their long TTL): A would not get the lease.
+	for _, e := range es {
+		for _, n := range e.Stats().Nodes {
+			if d := time.Until(n.QuarantinedUntil); d > 0 && !sleep(ctx, min(d, ttl)) {
+				return ctx.Err()
+			}
+		}
+	}
+	resource := fmt.Sprintf("shard-%d", rng.Uint64())
+	var l *engine.Lease
+	var h *Holding
+	err := lose(hashslot.Of(lockKey(resource)), func() error {
+		// Under load, or while a shard actor first probes a new master,
+		// a round may fail, and the last fault's new master may still
+		// sit out its quarantine: A retries as the workers do, and waits
+		// for it, within its TTL.
+		actx, cancel := context.WithTimeout(ctx, ttl)
+		defer cancel()
+		var err error
+		if l, err = es[0].Acquire(actx, resource, workerRetry); err != nil {
+			return err
+		}
+		h = r.rec.Held(resource, "shard0/A", l.Value(), time.Now(), l.Until(), l.Token())
+		return nil
+	})
+	if l == nil {
+		return err
+	}
+	defer func() {
+		r.rec.Ended(h, time.Now(), l.Until())
+		_ = l.Release(context.Background())
+	}()
+	for time.Now().Before(l.Until()) && ctx.Err() == nil {
+		if l2, err := es[1].TryAcquire(ctx, resource); err == nil {
+			h2 := r.rec.Held(resource, "shard1/B", l2.Value(), time.Now(), l2.Until(), l2.Token())
+			r.rec.Ended(h2, time.Now(), l2.Until())
+			_ = l2.Release(ctx)
+		}
+		sleep(ctx, 10*time.Millisecond) // a pace
+	}
+	return err
 }

@@ -620,8 +620,10 @@ type run struct {
 	lapses    []Lapse
 	leavers   []*engine.Engine // FaultQuarantinedLeave's (grant_faults.go)
 	healers   []*engine.Engine // FaultHeal's (heal_faults.go)
-	laggard   *engine.Engine   // FaultSentinelFailover's
-	timeline  []Injected
+	laggard   *engine.Engine   // FaultSentinelFailover's and FaultShardFailover's
+	// shardEngines are loseLease's (cluster_faults.go).
+	shardEngines []*engine.Engine
+	timeline     []Injected
 
 	mu        sync.Mutex
 	engines   []*engine.Engine // every engine not yet closed

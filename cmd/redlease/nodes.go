@@ -51,6 +51,8 @@ type nodeJSON struct {
 	QuarantineUntil       *time.Time `json:"quarantine_until,omitempty"`
 	QuarantineLeftSeconds float64    `json:"quarantine_left_seconds"`
 	RTTMillis             float64    `json:"rtt_ms"`
+	Slots                 int        `json:"slots,omitempty"`  // a cluster's master: how many slots it serves
+	Shards                []nodeJSON `json:"shards,omitempty"` // a Redis Cluster's masters
 }
 
 func runNodes(ctx context.Context, o *options, cfg engine.Config, _ []string, s ios) int {
@@ -63,22 +65,9 @@ func runNodes(ctx context.Context, o *options, cfg engine.Config, _ []string, s 
 	quorum := engine.Quorum(len(reports))
 	out := nodesJSON{Quorum: quorum, Nodes: make([]nodeJSON, len(reports))}
 	for i, r := range reports {
-		n := nodeJSON{Node: r.Addr, State: nodeState(r, now), RunID: r.RunID, MaxmemoryPolicy: r.Evicts,
-			UptimeSeconds: int64(r.Uptime / time.Second), Trusted: r.Trusted, RTTMillis: float64(r.RTT) / float64(time.Millisecond)}
-		if r.Server != r.Addr {
-			n.Server = r.Server
-		}
-		switch {
-		case r.Err != nil:
-			n.Error = r.Err.Error()
-		case r.Replica:
-			n.Role = "replica"
-		default:
-			n.Role = "master"
-		}
-		if r.QuarantineUntil.After(now) {
-			n.QuarantineUntil = &r.QuarantineUntil
-			n.QuarantineLeftSeconds = r.QuarantineUntil.Sub(now).Seconds()
+		n := nodeOf(r, now)
+		for _, sh := range r.Shards {
+			n.Shards = append(n.Shards, nodeOf(sh, now))
 		}
 		if n.State == stateServing {
 			out.Serving++
@@ -96,23 +85,62 @@ func runNodes(ctx context.Context, o *options, cfg engine.Config, _ []string, s 
 	return exitOK
 }
 
+// nodeOf is r as the command shows it.
+func nodeOf(r engine.NodeReport, now time.Time) nodeJSON {
+	n := nodeJSON{Node: r.Addr, State: nodeState(r, now), RunID: r.RunID, MaxmemoryPolicy: r.Evicts,
+		UptimeSeconds: int64(r.Uptime / time.Second), Trusted: r.Trusted, RTTMillis: float64(r.RTT) / float64(time.Millisecond),
+		Slots: r.Slots}
+	if r.Server != r.Addr {
+		n.Server = r.Server
+	}
+	switch {
+	case r.Err != nil:
+		n.Error = r.Err.Error()
+	case r.Replica:
+		n.Role = "replica"
+	case r.Shards != nil:
+		n.Role = "cluster"
+	default:
+		n.Role = "master"
+	}
+	if r.QuarantineUntil.After(now) {
+		n.QuarantineUntil = &r.QuarantineUntil
+		n.QuarantineLeftSeconds = r.QuarantineUntil.Sub(now).Seconds()
+	}
+	return n
+}
+
 func printNodes(s ios, out nodesJSON) {
 	w := tabwriter.NewWriter(s.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tSTATE\tROLE\tRUN ID\tUPTIME\tTRUSTED\tQUARANTINE\tRTT")
-	for _, n := range out.Nodes {
-		if n.Server != "" {
+	var row func(n nodeJSON, indent string)
+	row = func(n nodeJSON, indent string) {
+		n.Node = indent + n.Node
+		switch {
+		case n.Server != "":
 			n.Node += " (master " + n.Server + ")"
-		}
-		if n.Error != "" {
-			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\n", n.Node, n.State)
-			continue
+		case n.Slots > 0:
+			n.Node += fmt.Sprintf(" (%d slots)", n.Slots)
 		}
 		quarantine := "-"
 		if n.QuarantineUntil != nil {
 			quarantine = fmt.Sprintf("%.1fs left (until %s)", n.QuarantineLeftSeconds, n.QuarantineUntil.Format("15:04:05.000"))
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%.2fms\n", n.Node, n.State, n.Role, short(n.RunID),
-			time.Duration(n.UptimeSeconds)*time.Second, yesNo(n.Trusted), quarantine, n.RTTMillis)
+		switch {
+		case n.Error != "" && n.Shards == nil:
+			fmt.Fprintf(w, "%s\t%s\t-\t-\t-\t-\t-\t-\n", n.Node, n.State)
+		case n.Shards != nil: // a cluster: its masters below
+			fmt.Fprintf(w, "%s\t%s\t%s\t-\t-\t%s\t%s\t-\n", n.Node, n.State, n.Role, yesNo(n.Trusted), quarantine)
+		default:
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%.2fms\n", n.Node, n.State, n.Role, short(n.RunID),
+				time.Duration(n.UptimeSeconds)*time.Second, yesNo(n.Trusted), quarantine, n.RTTMillis)
+		}
+		for _, sh := range n.Shards {
+			row(sh, indent+"  ")
+		}
+	}
+	for _, n := range out.Nodes {
+		row(n, "")
 	}
 	w.Flush()
 	for _, n := range out.Nodes {

@@ -596,3 +596,49 @@ func (c *RedisCluster) FailoverLosingWrites(ctx context.Context, master *Node, m
 		return c.failover(ctx, master, mode, restore)
 	})
 }
+
+// KillLosingWrites kills the master that serves slot, as a crash would,
+// once its replicas are cut off from the writes that write makes (as
+// FailoverLosingWrites cuts them off), and waits until the cluster has
+// promoted one of them (after the node timeout) and it serves slot. It
+// returns the killed master, which stays down: Restart brings it back,
+// empty, as a replica. The writes are lost: no running server has them.
+func (c *RedisCluster) KillLosingWrites(ctx context.Context, slot int, write func(master *Node) error) (*Node, error) {
+	master, err := c.MasterOf(ctx, slot)
+	if err != nil {
+		return nil, err
+	}
+	_, err = failoverLosingWrites(ctx, master, c.Servers, false, write, func(func()) (*Node, error) {
+		if err := master.Kill(); err != nil {
+			return nil, err
+		}
+		for {
+			if m, err := c.MasterOf(ctx, slot); err == nil && m != master {
+				return m, nil
+			}
+			if err := sleep(ctx, settlePoll); err != nil {
+				return nil, fmt.Errorf("redisproc: no replica of %s took slot %d over: %w", master.Addr(), slot, err)
+			}
+		}
+	})
+	return master, err
+}
+
+// SnapshotRestartLosingWrites has the master that serves slot save a
+// snapshot, cuts its replicas off (as FailoverLosingWrites does), runs
+// write, and restarts the master from the snapshot: the writes since the
+// snapshot are lost, whether it comes back as the slot's master or a
+// replica took over meanwhile (after the node timeout). It returns the
+// master.
+func (c *RedisCluster) SnapshotRestartLosingWrites(ctx context.Context, slot int, write func(master *Node) error) (*Node, error) {
+	master, err := c.MasterOf(ctx, slot)
+	if err != nil {
+		return nil, err
+	}
+	if err := master.Save(ctx); err != nil {
+		return nil, err
+	}
+	return failoverLosingWrites(ctx, master, c.Servers, false, write, func(func()) (*Node, error) {
+		return master, master.RestartFromSnapshot()
+	})
+}
