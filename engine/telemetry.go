@@ -175,9 +175,7 @@ func (t *telemetry) observe(e *Engine) {
 	t.observed, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(dropped, int64(e.dropped.Load()))
 		now := time.Now()
-		for i, n := range e.nodes {
-			s := n.Stats()
-			node := attribute.String("node", e.cfg.Nodes[i])
+		observe := func(s node.Stats, attrs ...attribute.KeyValue) {
 			up, st := int64(0), "up"
 			switch {
 			case s.Down:
@@ -189,8 +187,19 @@ func (t *telemetry) observe(e *Engine) {
 			default:
 				up = 1
 			}
-			o.ObserveInt64(state, up, metric.WithAttributes(node, attribute.String("state", st)))
-			o.ObserveInt64(restarts, int64(s.Restarts), metric.WithAttributes(node))
+			o.ObserveInt64(state, up, metric.WithAttributes(append(attrs, attribute.String("state", st))...))
+			o.ObserveInt64(restarts, int64(s.Restarts), metric.WithAttributes(attrs...))
+		}
+		for i, n := range e.nodes {
+			addr := attribute.String("node", e.cfg.Nodes[i])
+			c := n.Cluster()
+			if c == nil {
+				observe(n.Stats(), addr)
+				continue
+			}
+			for master, shard := range c.Shards() { // a cluster: by shard, its master's address
+				observe(shard.Stats(), addr, attribute.String("shard", master))
+			}
 		}
 		return nil
 	}, dropped, state, restarts)
@@ -345,11 +354,19 @@ func (t *telemetry) ended(held time.Duration, err error) {
 // nodeMeter records one node's round trips (node.Meter).
 type nodeMeter struct {
 	t     *telemetry
+	node  string // its address, as in Config.Nodes
 	attrs []metric.RecordOption
 }
 
 func (t *telemetry) forNode(addr string) *nodeMeter {
-	return &nodeMeter{t: t, attrs: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("node", addr)))}}
+	return &nodeMeter{t: t, node: addr, attrs: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(attribute.String("node", addr)))}}
+}
+
+// ForShard is the meter of a Redis Cluster node's shard whose master is
+// at addr (node.ShardMeter): its figures carry the shard too.
+func (m *nodeMeter) ForShard(addr string) node.Meter {
+	return &nodeMeter{t: m.t, attrs: []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("node", m.node), attribute.String("shard", addr)))}}
 }
 
 func (m *nodeMeter) RoundTrip(rtt time.Duration, commands int) {

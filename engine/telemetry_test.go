@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/internal/testwait"
 )
 
@@ -298,5 +300,40 @@ func TestTelemetryNoopCostsNothing(t *testing.T) {
 	global := testing.AllocsPerRun(100, func() { e.tel.tracer.Start(ctx, "x") })
 	if ours != 0 || global == 0 {
 		t.Errorf("a span with no tracer provider set: %v allocations, the global tracer's %v; want 0 and some", ours, global)
+	}
+}
+
+// A Redis Cluster node's figures carry the shard, its master's address:
+// each shard's state and round trips.
+func TestTelemetryOfACluster(t *testing.T) {
+	c := redisproc.StartRedisClusterT(t, 2, 0)
+	spec := clusterNode(c)
+	if err := MarkNew(t.Context(), Config{Nodes: []string{spec}}); err != nil {
+		t.Fatal(err)
+	}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	e := newEngine(t, []string{spec}, func(cfg *Config) { cfg.MeterProvider = mp })
+	for i := range 50 { // over both shards
+		l, err := e.TryAcquire(t.Context(), fmt.Sprint("r", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(t.Context())
+	}
+	masters, err := c.Masters(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := read(t, reader)
+	for _, m := range masters {
+		attrs := []attribute.KeyValue{attribute.String("node", spec), attribute.String("shard", m.Addr())}
+		if up, ok := r.value("redlease.node.state", append(attrs, attribute.String("state", "up"))...); !ok || up != 1 {
+			t.Errorf("shard %s state up: %d (%v), want 1", m.Addr(), up, ok)
+		}
+		if n := r.count("redlease.node.rtt", attrs...); n == 0 {
+			t.Errorf("shard %s: no round trip measured", m.Addr())
+		}
 	}
 }

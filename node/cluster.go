@@ -218,6 +218,9 @@ func (c *Cluster) apply(v ClusterView) {
 			cfg := c.cfg
 			cfg.Addr, cfg.Slots, cfg.Overlap = addr, s.slots, false
 			cfg.First, cfg.Moved = nil, c.refresh
+			if m, ok := cfg.Meter.(ShardMeter); ok {
+				cfg.Meter = m.ForShard(addr)
+			}
 			opt := c.opt
 			opt.InitAddress = []string{addr}
 			cfg.Conn = NewConn(opt)

@@ -68,6 +68,13 @@ type Meter interface {
 	RoundTrip(rtt time.Duration, commands int)
 }
 
+// ShardMeter is a Meter that tells a Redis Cluster node's shards apart:
+// each shard actor's Meter is ForShard of its master's address.
+type ShardMeter interface {
+	Meter
+	ForShard(addr string) Meter
+}
+
 // Node is a running node actor, or a Redis Cluster's (DialCluster).
 // Send it Commands.
 type Node struct {

@@ -30,7 +30,10 @@ const (
 	FaultShardKill = "shard kill"
 	// FaultSlotMigration: the resource's slot moves, with its keys (held
 	// leases, queues of waiters, the slot's epoch marker), to another
-	// master, while the workers acquire and release.
+	// master, while the workers acquire and release. Half the time the
+	// slot moves out of a shard that has just lost a lease's key (a
+	// restart from a snapshot, as FaultShardSnapshot), before its
+	// quarantine ended: the lease is loseLease's.
 	FaultSlotMigration = "slot migration"
 	// FaultShardSnapshot: the shard's master saves a snapshot, its
 	// replica is cut off from a lease's write (loseLease's), and it
@@ -91,20 +94,47 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 			return errors.Join(err, r.restart(k, killed.Restart)) // empty: no persistence
 		})
 	case FaultSlotMigration:
-		masters, err := c.Masters(ctx)
-		if err != nil {
-			return err
-		}
-		var to []*redisproc.Node
-		for _, m := range masters {
-			if m != master {
-				to = append(to, m)
+		move := func(slot int) error {
+			from, err := c.MasterOf(ctx, slot)
+			if err != nil {
+				return err
 			}
+			masters, err := c.Masters(ctx)
+			if err != nil {
+				return err
+			}
+			var to []*redisproc.Node
+			for _, m := range masters {
+				if m != from {
+					to = append(to, m)
+				}
+			}
+			if len(to) == 0 {
+				return errors.New("no other master")
+			}
+			return c.MigrateSlot(ctx, slot, to[rng.IntN(len(to))])
 		}
-		if len(to) == 0 {
-			return errors.New("no other master")
+		if rng.IntN(2) == 0 {
+			return move(slot)
 		}
-		return c.MigrateSlot(ctx, slot, to[rng.IntN(len(to))])
+		// A slot moves out of a shard that has just lost a lease's key
+		// (restarted from a snapshot), before the engines' quarantine of
+		// that shard ended: the master it moves to must not grant it.
+		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+			r.nodesDown.Add(1)
+			defer r.nodesDown.Add(-1)
+			if _, err := c.SnapshotRestartLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() }); err != nil {
+				return err
+			}
+			r.restarted[k] = time.Now()
+			var err error
+			for range 50 { // until the restarted master serves again
+				if err = move(slot); err == nil || !sleep(ctx, 100*time.Millisecond) {
+					break
+				}
+			}
+			return err
+		})
 	case FaultShardSnapshot:
 		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
 			r.nodesDown.Add(1)

@@ -34,6 +34,9 @@ func TestBoundedRunWithFaults(t *testing.T) {
 		t.Errorf("only %d acquisitions: the run did not exercise much", rep.Acquisitions)
 	}
 	for _, kind := range Kinds() {
+		if hits(kind) == ClusterNode {
+			continue // TestBoundedRunOnClusters
+		}
 		if rep.Faults[kind] < 3 {
 			t.Errorf("%s fault injected %d times, want at least 3: %v", kind, rep.Faults[kind], rep.Faults)
 		}
@@ -79,6 +82,44 @@ func TestBoundedRunOnOneMasterSet(t *testing.T) {
 	}
 	if rep.Acquisitions < 150 || rep.Faults[FaultSentinelFailover] < 3 { // the set sits out most of each failover
 		t.Errorf("%d acquisitions, %d failovers: the run did not exercise much", rep.Acquisitions, rep.Faults[FaultSentinelFailover])
+	}
+}
+
+// Redis Cluster nodes: a cluster beside two standalone masters, then one
+// cluster alone (a quorum of one), under the cluster kinds, with engines
+// that join and standalone masters that restart.
+func TestBoundedRunOnClusters(t *testing.T) {
+	var kinds []string
+	for _, k := range Kinds() {
+		if hits(k) == ClusterNode {
+			kinds = append(kinds, k)
+		}
+	}
+	for _, tc := range []struct {
+		topology []string
+		duration time.Duration
+		min      int // injections of each kind
+	}{
+		{[]string{ClusterNode, Standalone, Standalone}, 60 * time.Second, 3},
+		{[]string{ClusterNode}, 40 * time.Second, 2},
+	} {
+		rep, err := Run(t.Context(), Config{Topology: tc.topology, Duration: tc.duration, Faults: true, Resources: 8,
+			Kinds: append(slices.Clone(kinds), FaultNewEngine, FaultKillRestart), Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(rep)
+		if !rep.OK() {
+			t.Errorf("%v: safety violated: %v", tc.topology, rep)
+		}
+		if rep.Acquisitions < 200 {
+			t.Errorf("%v: only %d acquisitions: the run did not exercise much", tc.topology, rep.Acquisitions)
+		}
+		for _, kind := range kinds {
+			if rep.Faults[kind] < tc.min {
+				t.Errorf("%v: %s fault injected %d times, want at least %d: %v", tc.topology, kind, rep.Faults[kind], tc.min, rep.Faults)
+			}
+		}
 	}
 }
 
