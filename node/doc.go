@@ -122,6 +122,22 @@
 //     the new process (and checked quarantines it, naming the failover);
 //     a batch that reaches it first meets the script's replication-id
 //     check.
+//   - a Redis Cluster's shard failing over (CLUSTER FAILOVER, FORCE,
+//     TAKEOVER, or the cluster promoting a replica of a master that
+//     died): the slots' master is a new address, so a new shard actor,
+//     which first sees it untrusted (the markers it copied name the old
+//     master's lineage); its batches meet the script's check too. A
+//     former master that still says it serves those slots keeps the new
+//     one quarantined (Cluster.split). See Cluster.
+//   - a Redis Cluster's slot moving to another master (MIGRATE): its keys
+//     move with their TTLs, its epoch marker with them, naming the
+//     lineage of the master it left; so the master it moves to refuses
+//     its acquires (-1) and sits out a quarantine. Were the slot's keys
+//     lost on the master it left (restarted from a snapshot, say), before
+//     that master's quarantine ended, the keys it brings would lack them:
+//     without the per-slot marker its new master would grant them (the
+//     safety checker's slot migration found 662 overlaps in 10 moves in
+//     2 min on one cluster with the check off).
 //   - failback to a former primary behind the same address: the marker it
 //     kept names its own lineage, not the one engines last probed there,
 //     so they refuse it. An engine that meets such an address for the first
