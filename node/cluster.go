@@ -488,15 +488,19 @@ func (a *nodeActor) markSlots(client rueidis.Client, info Info) (marked, failed 
 }
 
 // markEach writes the epoch marker of info's dataset in each slot of
-// slots, as Conn.Mark writes one (epoch.lua), in calls of at most
-// maxBatch: false, without error, when one was not written (the dataset
+// slots, as Conn.Mark writes one (epoch.lua, by its SHA), in calls of at
+// most maxBatch: false, without error, when one was not written (the dataset
 // changed since the probe), or when slots is empty.
 func markEach(ctx context.Context, client rueidis.Client, epochKey string, slots []uint16, info Info, checkEvicted bool) (bool, error) {
+	if err := client.Do(ctx, client.B().ScriptLoad().Script(epochScript.body).Build()).Error(); err != nil {
+		return false, err
+	}
+	args := markArgs(info, checkEvicted)
 	cmds := make(rueidis.Commands, 0, min(len(slots), maxBatch))
 	for from := 0; from < len(slots); from += maxBatch {
 		cmds = cmds[:0]
 		for _, s := range slots[from:min(from+maxBatch, len(slots))] {
-			cmds = append(cmds, markCmd(client, markerKey(epochKey, s), info, checkEvicted))
+			cmds = append(cmds, client.B().Evalsha().Sha1(epochScript.sha).Numkeys(1).Key(markerKey(epochKey, s)).Arg(args...).Build())
 		}
 		for _, r := range client.DoMulti(ctx, cmds...) {
 			if n, err := r.AsInt64(); err != nil || n != 1 {

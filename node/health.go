@@ -271,12 +271,16 @@ func (c *Conn) Mark(ctx context.Context, epochKey string, info Info, checkEvicte
 }
 
 func markCmd(c rueidis.Client, epochKey string, info Info, checkEvicted bool) rueidis.Completed {
+	return c.B().Eval().Script(epochLua).Numkeys(1).Key(epochKey).Arg(markArgs(info, checkEvicted)...).Build()
+}
+
+// markArgs are epoch.lua's ARGV.
+func markArgs(info Info, checkEvicted bool) []string {
 	evicted := ""
 	if checkEvicted {
 		evicted = strconv.FormatInt(info.Evicted, 10)
 	}
-	return c.B().Eval().Script(epochLua).Numkeys(1).Key(epochKey).
-		Arg(info.Lineage(), evicted).Arg(lossCommands...).Build()
+	return append([]string{info.Lineage(), evicted}, lossCommands...)
 }
 
 // health is what the node actor knows of its node.

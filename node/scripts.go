@@ -21,6 +21,8 @@ var batchScript = newScript(batchLua)
 //go:embed epoch.lua
 var epochLua string
 
+var epochScript = newScript(epochLua)
+
 // maxScriptOps bounds the commands of one batch script: the node runs
 // nothing else while it runs (64 take it tens of microseconds).
 const maxScriptOps = 64

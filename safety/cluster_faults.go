@@ -46,6 +46,9 @@ const (
 // clusterMasters is how many masters a ClusterNode has.
 const clusterMasters = 3
 
+// clusterFaultLimit bounds a cluster fault.
+const clusterFaultLimit = 20 * time.Second
+
 // onClusters reports whether a fault of kind hits clusters (and only
 // them).
 func onClusters(kind string) bool {
@@ -60,6 +63,10 @@ func onClusters(kind string) bool {
 // resource the workers use.
 func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k int, hold time.Duration) error {
 	c := r.clusters[k]
+	// A cluster that does not settle (a server not yet back in it) is
+	// not waited for past clusterFaultLimit.
+	ctx, cancel := context.WithTimeout(ctx, clusterFaultLimit)
+	defer cancel()
 	slot := hashslot.Of(lockKey(fmt.Sprintf("res-%d", rng.IntN(r.cfg.Resources))))
 	master, err := c.MasterOf(ctx, slot)
 	if err != nil {
@@ -85,9 +92,7 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
 			r.nodesDown.Add(1)
 			defer r.nodesDown.Add(-1)
-			kctx, cancel := context.WithTimeout(ctx, 15*time.Second) // the replica takes over after the node timeout
-			defer cancel()
-			killed, err := c.KillLosingWrites(kctx, slot, func(*redisproc.Node) error { return write() })
+			killed, err := c.KillLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() })
 			if killed == nil {
 				return err
 			}
@@ -148,9 +153,9 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 }
 
 // clusterTTLs is how many of the workers' TTLs loseLease's leases last:
-// beyond a failover after the node timeout (1s), and the restart of a
-// cluster's master.
-const clusterTTLs = 20
+// beyond a failover after the node timeout (1s, then an election), and
+// the restart of a cluster's master.
+const clusterTTLs = 10
 
 // loseLease has lose lose a lease's key on a cluster's shard: lose calls
 // write while the shard's master takes writes that no server will keep
@@ -189,7 +194,7 @@ func (r *run) loseLease(ctx context.Context, rng *rand.Rand, k int, lose func(sl
 		// a round may fail, and the last fault's new master may still
 		// sit out its quarantine: A retries as the workers do, and waits
 		// for it, within its TTL.
-		actx, cancel := context.WithTimeout(ctx, ttl)
+		actx, cancel := context.WithTimeout(ctx, 2*ttl)
 		defer cancel()
 		var err error
 		if l, err = es[0].Acquire(actx, resource, workerRetry); err != nil {

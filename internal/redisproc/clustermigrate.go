@@ -171,13 +171,17 @@ func (m *SlotMigration) Finish(ctx context.Context) error {
 
 // MigrateSlot moves slot, with its keys, from the master that serves it to
 // master to: StartSlotMigration, then Finish. Keys keep their times to
-// live.
+// live. When Finish fails, both masters' slot is put back to stable.
 func (c *RedisCluster) MigrateSlot(ctx context.Context, slot int, to *Node) error {
 	m, err := c.StartSlotMigration(ctx, slot, to)
 	if err != nil {
 		return err
 	}
-	return m.Finish(ctx)
+	if err := m.Finish(ctx); err != nil {
+		m.stable(ctx) // not left half moved for the next migration to trip on
+		return err
+	}
+	return nil
 }
 
 // inSlot fails unless every key is in slot want.
