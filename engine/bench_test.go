@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // BenchmarkAcquireRelease measures uncontended acquire+release cycles on 5
@@ -114,6 +117,76 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			}
 			b.ReportMetric(float64(batches)/float64(b.N), "roundtrips/cycle")
 			b.ReportMetric(float64(cmds)/float64(max(batches, 1)), "cmds/batch")
+		})
+	}
+}
+
+// BenchmarkCluster sets one Redis Cluster of three shards, as the one
+// node, beside one standalone master: uncontended cycles at 128 workers,
+// each on resources of its own, and each server's CPU per cycle (srvN,
+// from INFO cpu), whose spread across a cluster's shards says how evenly
+// resources spread over them.
+//
+//	go test -run '^$' -bench Cluster ./engine/
+func BenchmarkCluster(b *testing.B) {
+	for _, kind := range []string{"standalone", "cluster=3"} {
+		b.Run(kind, func(b *testing.B) {
+			var spec string
+			var servers []*redisproc.Node
+			if kind == "standalone" {
+				c := startNodes(b, 1)
+				spec, servers = c.Addrs()[0], c.Nodes
+			} else {
+				c := redisproc.StartRedisClusterT(b, 3, 0)
+				spec, servers = clusterNode(c), c.Servers
+			}
+			if err := MarkNew(b.Context(), Config{Nodes: []string{spec}}); err != nil {
+				b.Fatal(err)
+			}
+			e, err := New(Config{Nodes: []string{spec}, NodeTimeout: time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close()
+			cpu := func() []float64 {
+				out := make([]float64, len(servers))
+				for i, s := range servers {
+					for _, f := range []string{"used_cpu_sys", "used_cpu_user"} {
+						v, err := s.Info(b.Context(), "cpu", f)
+						if err != nil {
+							b.Fatal(err)
+						}
+						x, _ := strconv.ParseFloat(v, 64)
+						out[i] += x
+					}
+				}
+				return out
+			}
+			var next atomic.Int64
+			b.SetParallelism(max(1, 128/runtime.GOMAXPROCS(0)))
+			before := cpu()
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				w := next.Add(1)
+				ctx := b.Context()
+				for i := int64(0); pb.Next(); i++ {
+					l, err := e.TryAcquire(ctx, fmt.Sprintf("bench-%d-%d", w, i%8)) // 8 resources each, ~1000 in all
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "locks/s")
+			for i, c := range cpu() {
+				b.ReportMetric((c-before[i])*1e6/float64(b.N), fmt.Sprintf("srv%d-µs/cycle", i))
+			}
 		})
 	}
 }
