@@ -50,6 +50,12 @@ func TestConfigValidation(t *testing.T) {
 			[]string{"Nodes[0]", "unknown scheme"}, 1},
 		{"master set twice", Config{Nodes: []string{"sentinel://127.0.0.1:1,127.0.0.1:2/m", "127.0.0.1:3", "sentinel://127.0.0.1:2/m"}},
 			[]string{`Nodes[2] "sentinel://127.0.0.1:2/m"`, "repeats Nodes[0]"}, 1},
+		{"cluster twice", Config{Nodes: []string{"cluster://127.0.0.1:1,127.0.0.1:2", "cluster://127.0.0.1:2"}},
+			[]string{`Nodes[1] "cluster://127.0.0.1:2"`, "repeats Nodes[0]"}, 1},
+		{"cluster bad address", Config{Nodes: []string{"cluster://127.0.0.1"}},
+			[]string{"Nodes[0]", `cluster node "127.0.0.1"`, "missing port"}, 1},
+		{"braces in the prefix of a cluster's keys", Config{Nodes: []string{"cluster://127.0.0.1:1"}, KeyPrefix: "app{x}:"},
+			[]string{"KeyPrefix", "no braces with a Redis Cluster node"}, 1},
 		// A negative TTL is also below the default NodeTimeout: two errors.
 		{"TTL negative", Config{Nodes: ok, TTL: -time.Second},
 			[]string{"TTL", "got -1s"}, 2},
