@@ -6,15 +6,7 @@
 -- judged: the same process, the same replication history, no flush, swap
 -- or reload since, and no eviction. Otherwise a loss between the probe and
 -- this write would be laundered: every engine would trust the node at
--- once. 1 if written, 0 if the node changed. A marker that names that
--- lineage already (another engine wrote it) stays, and answers 1 without
--- a look at INFO: every batch that requires it checks the running
--- process itself (batch.lua, epochHolds), and a Redis Cluster's master
--- has a marker in each of its thousands of slots, which only the first
--- engine pays for.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return 1
-end
+-- once. 1 if written, 0 if the node changed.
 local function field(section, name)
   return string.match(redis.call('INFO', section), name .. ':([^\r\n]*)')
 end

@@ -152,12 +152,21 @@ func hits(kind string) string {
 // kindOf is the kind of node i, as hits names it.
 func (r *run) kindOf(i int) string {
 	switch {
-	case r.sets[i] != nil:
+	case i < len(r.sets) && r.sets[i] != nil:
 		return Sentinel
-	case r.clusters[i] != nil:
+	case r.clusterOf(i) != nil:
 		return ClusterNode
 	}
 	return Standalone
+}
+
+// clusterOf is node i's Redis Cluster, nil for a node of another kind (or
+// a run a test made of standalone nodes alone).
+func (r *run) clusterOf(i int) *redisproc.RedisCluster {
+	if i < len(r.clusters) {
+		return r.clusters[i]
+	}
+	return nil
 }
 
 // Config sets up a Run. Zero fields take the defaults in brackets.
@@ -1117,7 +1126,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 // serverOf is the server of node i that holds key: node i's, or, for a
 // cluster, the master that serves key's slot now.
 func (r *run) serverOf(ctx context.Context, i int, key string) (*redisproc.Node, error) {
-	if c := r.clusters[i]; c != nil {
+	if c := r.clusterOf(i); c != nil {
 		return c.MasterOf(ctx, hashslot.Of(key))
 	}
 	return r.cluster.Nodes[i], nil
