@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/hashslot"
 	"github.com/redlease/redlease/internal/leakcheck"
 	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/node"
@@ -501,5 +502,59 @@ func TestSentinelNode(t *testing.T) {
 	cliJSON(t, &got, "nodes", "-nodes", spec)
 	if n := got.Nodes[0]; n.Server != next.Addr() {
 		t.Fatalf("after the failover: %+v; want server %s", n, next.Addr())
+	}
+}
+
+// A Redis Cluster is one node: nodes shows its masters below it, mark-new
+// marks them all, locks and unlock find a lease's key on its slot's
+// master.
+func TestClusterNode(t *testing.T) {
+	c := redisproc.StartRedisClusterT(t, 3, 0)
+	spec := node.Target{Cluster: c.Addrs()[:1]}.String()
+	var got nodesJSON
+	wantCode(t, "nodes", cliJSON(t, &got, "nodes", "-nodes", spec), exitFail) // fresh: quarantined
+	if n := got.Nodes[0]; n.Node != spec || n.Role != "cluster" || len(n.Shards) != 3 || n.State != stateQuarantined {
+		t.Fatalf("cluster: %+v; want a quarantined cluster of 3 masters", n)
+	}
+	code, _, _ := cli(t, "", nil, "mark-new", "-yes", "-nodes", spec)
+	wantCode(t, "mark-new", code, exitOK)
+	wantCode(t, "nodes after mark-new", cliJSON(t, &got, "nodes", "-nodes", spec), exitOK)
+	slots := 0
+	for _, s := range got.Nodes[0].Shards {
+		if s.State != stateServing || s.Role != "master" || s.RunID == "" {
+			t.Errorf("shard %+v: want a serving master", s)
+		}
+		slots += s.Slots
+	}
+	if slots != 16384 {
+		t.Errorf("the shards serve %d slots, want 16384", slots)
+	}
+	code, out, _ := cli(t, "", nil, "nodes", "-nodes", spec)
+	if code != exitOK || strings.Count(out, " slots)") != 3 {
+		t.Errorf("nodes table (%d):\n%s\nwant a row per master", code, out)
+	}
+
+	e, err := engine.New(engine.Config{Nodes: []string{spec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	l, err := e.Acquire(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locks locksJSON
+	wantCode(t, "locks", cliJSON(t, &locks, "locks", "-nodes", spec), exitOK)
+	if len(locks.Locks) != 1 || locks.Locks[0].Resource != "job" || locks.Locks[0].Owner != l.Value() {
+		t.Fatalf("locks: %+v; want job held by the lease", locks)
+	}
+	code, _, _ = cli(t, "", nil, "unlock", "-yes", "-reason", "test", "-nodes", spec, "job")
+	wantCode(t, "unlock", code, exitOK)
+	master, err := c.MasterOf(t.Context(), hashslot.Of("redlease:{job}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := master.Get(t.Context(), "redlease:{job}"); err != nil || ok {
+		t.Fatalf("after unlock the master still has the key (%v)", err)
 	}
 }
