@@ -209,3 +209,67 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 		t.Fatalf("the shard the slot moved to is not quarantined: %+v", s)
 	}
 }
+
+// A ClusterWatcher hears a release channel on the master of its slot,
+// SSUBSCRIBEd, and follows the slot when it moves.
+func TestClusterWatcherFollowsTheSlot(t *testing.T) {
+	h := newClusterHarness(t, 2, Config{Quarantine: -1, HealthInterval: 50 * time.Millisecond})
+	heard := make(chan string, 100)
+	watched := make(chan bool, 100)
+	w := NewClusterWatcher(h.node, rueidis.ClientOption{InitAddress: h.cluster.Addrs()[:1]}, time.Second, WatchHooks{
+		Released: func(_, msg string) { heard <- msg },
+		Watched:  func(_ string, ok bool) { watched <- ok },
+		Lost:     func() {},
+	})
+	defer w.Close()
+	channel := LockKey("t:", "r") + ReleasedSuffix
+	slot := hashslot.Of(channel)
+	w.Watch(channel)
+	if ok := <-watched; !ok {
+		t.Fatal("not watched")
+	}
+	ctx := t.Context()
+	publish := func(msg string) {
+		t.Helper()
+		master, err := h.cluster.MasterOf(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := master.Do(ctx, "SPUBLISH", channel, msg); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-heard:
+			if got != msg {
+				t.Fatalf("heard %q, want %q", got, msg)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%q not heard", msg)
+		}
+	}
+	publish("before")
+	masters, err := h.cluster.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, err := h.cluster.MasterOf(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	if err := h.cluster.MigrateSlot(ctx, slot, to); err != nil {
+		t.Fatal(err)
+	}
+	select { // watched again, on the new master, once the view moved
+	case ok := <-watched:
+		if !ok {
+			t.Fatal("not watched on the new master")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the channel did not move with its slot")
+	}
+	publish("after")
+}
