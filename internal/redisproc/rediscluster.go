@@ -129,6 +129,17 @@ type member struct {
 // over hosts, and on one host shuffles them), it waits on the cluster's
 // state where redis-cli sleeps, and it does not need redis-cli.
 func StartRedisCluster(masters, replicasEach int) (*RedisCluster, error) {
+	return startCluster(masters, replicasEach, true)
+}
+
+// StartBenchRedisCluster is StartRedisCluster for benchmarks: DEBUG stays
+// disabled, as Redis 7 ships it (enable-debug-command no), so an engine
+// does not count the servers' reloads in every batch (see StartBenchNodes).
+func StartBenchRedisCluster(masters, replicasEach int) (*RedisCluster, error) {
+	return startCluster(masters, replicasEach, false)
+}
+
+func startCluster(masters, replicasEach int, debug bool) (*RedisCluster, error) {
 	if masters < 1 || masters > hashslot.Count || replicasEach < 0 {
 		return nil, fmt.Errorf("redisproc: a Redis Cluster needs 1 to %d masters and replicasEach >= 0, got %d and %d", hashslot.Count, masters, replicasEach)
 	}
@@ -140,7 +151,7 @@ func StartRedisCluster(masters, replicasEach int) (*RedisCluster, error) {
 	defer cancel()
 	c := &RedisCluster{}
 	for range masters * (1 + replicasEach) {
-		n, bus, err := newClusterNode(bin)
+		n, bus, err := newClusterNode(bin, debug)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -165,12 +176,12 @@ func StartRedisClusterT(t TB, masters, replicasEach int) *RedisCluster {
 
 // newClusterNode starts a cluster-enabled server on a free port, with its
 // cluster bus on another free port, and returns the bus port.
-func newClusterNode(bin string) (*Node, int, error) {
+func newClusterNode(bin string, debug bool) (*Node, int, error) {
 	dir, err := os.MkdirTemp("", "redisproc-")
 	if err != nil {
 		return nil, 0, fmt.Errorf("redisproc: %w", err)
 	}
-	n := &Node{bin: bin, debug: true, dir: dir}
+	n := &Node{bin: bin, debug: debug, dir: dir}
 	var bus int
 	for range bindAttempts {
 		var err1, err2 error
