@@ -88,28 +88,11 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer e.Close()
-			var next atomic.Int64
-			b.SetParallelism(max(1, workers/runtime.GOMAXPROCS(0))) // workers goroutines in all
 			b.ReportAllocs()
-			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				res := fmt.Sprintf("bench-%d", next.Add(1))
-				ctx := b.Context()
-				for pb.Next() {
-					l, err := acquire(e, ctx, res)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := l.Release(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "locks/s")
+			cycles(b, workers, func(w int64) func() string {
+				res := fmt.Sprintf("bench-%d", w)
+				return func() string { return res }
+			}, func(ctx context.Context, res string) (*Lease, error) { return acquire(e, ctx, res) })
 			var cmds, batches uint64
 			for _, n := range e.nodes {
 				cmds += n.Stats().Commands
@@ -173,31 +156,40 @@ func BenchmarkCluster(b *testing.B) {
 				}
 				return out
 			}
-			var next atomic.Int64
-			b.SetParallelism(max(1, 128/runtime.GOMAXPROCS(0)))
 			before := cpu()
-			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				w := next.Add(1)
-				ctx := b.Context()
-				for i := int64(0); pb.Next(); i++ {
-					l, err := e.TryAcquire(ctx, fmt.Sprintf("bench-%d-%d", w, i%8)) // 8 resources each, ~1000 in all
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := l.Release(ctx); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "locks/s")
+			cycles(b, 128, func(w int64) func() string {
+				i := 0
+				return func() string { i++; return fmt.Sprintf("bench-%d-%d", w, i%8) } // 8 each, ~1000 in all
+			}, func(ctx context.Context, res string) (*Lease, error) { return e.TryAcquire(ctx, res) })
 			for i, c := range cpu() {
 				b.ReportMetric((c-before[i])*1e6/float64(b.N), fmt.Sprintf("srv%d-µs/cycle", i))
 			}
 		})
 	}
+}
+
+// cycles runs b.N acquire+release cycles on workers goroutines, worker w
+// on the resources that resources(w) names in turn, and reports locks/s.
+func cycles(b *testing.B, workers int, resources func(w int64) func() string, acquire func(context.Context, string) (*Lease, error)) {
+	var next atomic.Int64
+	b.SetParallelism(max(1, workers/runtime.GOMAXPROCS(0))) // workers goroutines in all
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		resource := resources(next.Add(1))
+		ctx := b.Context()
+		for pb.Next() {
+			l, err := acquire(ctx, resource())
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := l.Release(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "locks/s")
 }

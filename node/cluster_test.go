@@ -50,6 +50,28 @@ func newClusterHarness(t *testing.T, masters int, cfg Config) *clusterHarness {
 	return h
 }
 
+// moveSlot moves slot, with its keys, to another master, and returns it.
+func (h *clusterHarness) moveSlot(slot int) *redisproc.Node {
+	h.t.Helper()
+	ctx := h.t.Context()
+	masters, err := h.cluster.Masters(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	from, err := h.cluster.MasterOf(ctx, slot)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	to := masters[0]
+	if to == from {
+		to = masters[1]
+	}
+	if err := h.cluster.MigrateSlot(ctx, slot, to); err != nil {
+		h.t.Fatal(err)
+	}
+	return to
+}
+
 func (h *clusterHarness) req(key, value string, round uint64) Request {
 	return Request{Key: key, Value: value, Round: round, ReplyTo: h.inbox}
 }
@@ -177,18 +199,7 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 	// on its new shard, whose next acquire meets the marker of the other
 	// shard's lineage and quarantines it.
 	key := LockKey("t:", "0")
-	slot := hashslot.Of(key)
-	from, err := h.cluster.MasterOf(ctx, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to := masters[0]
-	if to == from {
-		to = masters[1]
-	}
-	if err := h.cluster.MigrateSlot(ctx, slot, to); err != nil {
-		t.Fatal(err)
-	}
+	to := h.moveSlot(hashslot.Of(key))
 	round := uint64(10000)
 	for {
 		round++
@@ -248,21 +259,7 @@ func TestClusterWatcherFollowsTheSlot(t *testing.T) {
 		}
 	}
 	publish("before")
-	masters, err := h.cluster.Masters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	from, err := h.cluster.MasterOf(ctx, slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	to := masters[0]
-	if to == from {
-		to = masters[1]
-	}
-	if err := h.cluster.MigrateSlot(ctx, slot, to); err != nil {
-		t.Fatal(err)
-	}
+	h.moveSlot(slot)
 	select { // watched again, on the new master, once the view moved
 	case ok := <-watched:
 		if !ok {

@@ -475,25 +475,7 @@ func TestSentinelNode(t *testing.T) {
 	code, _, _ := cli(t, "", nil, "mark-new", "-yes", "-nodes", spec)
 	wantCode(t, "mark-new", code, exitOK)
 
-	e, err := engine.New(engine.Config{Nodes: []string{spec}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	l, err := e.Acquire(t.Context(), "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var locks locksJSON
-	wantCode(t, "locks", cliJSON(t, &locks, "locks", "-nodes", spec), exitOK)
-	if len(locks.Locks) != 1 || locks.Locks[0].Resource != "job" || locks.Locks[0].Owner != l.Value() {
-		t.Fatalf("locks: %+v; want job held by the lease", locks)
-	}
-	code, _, _ = cli(t, "", nil, "unlock", "-yes", "-reason", "test", "-nodes", spec, "job")
-	wantCode(t, "unlock", code, exitOK)
-	if _, ok, err := master.Get(t.Context(), "redlease:{job}"); err != nil || ok {
-		t.Fatalf("after unlock the master still has the key (%v)", err)
-	}
+	lockAndUnlock(t, spec, master)
 
 	next, err := s.Failover(t.Context())
 	if err != nil {
@@ -534,6 +516,18 @@ func TestClusterNode(t *testing.T) {
 		t.Errorf("nodes table (%d):\n%s\nwant a row per master", code, out)
 	}
 
+	master, err := c.MasterOf(t.Context(), hashslot.Of("redlease:{job}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lockAndUnlock(t, spec, master)
+}
+
+// lockAndUnlock has an engine on the node spec take "job": locks must
+// find it held by the lease, and unlock must delete its key from master,
+// the server that holds it.
+func lockAndUnlock(t *testing.T, spec string, master *redisproc.Node) {
+	t.Helper()
 	e, err := engine.New(engine.Config{Nodes: []string{spec}})
 	if err != nil {
 		t.Fatal(err)
@@ -548,12 +542,8 @@ func TestClusterNode(t *testing.T) {
 	if len(locks.Locks) != 1 || locks.Locks[0].Resource != "job" || locks.Locks[0].Owner != l.Value() {
 		t.Fatalf("locks: %+v; want job held by the lease", locks)
 	}
-	code, _, _ = cli(t, "", nil, "unlock", "-yes", "-reason", "test", "-nodes", spec, "job")
+	code, _, _ := cli(t, "", nil, "unlock", "-yes", "-reason", "test", "-nodes", spec, "job")
 	wantCode(t, "unlock", code, exitOK)
-	master, err := c.MasterOf(t.Context(), hashslot.Of("redlease:{job}"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, ok, err := master.Get(t.Context(), "redlease:{job}"); err != nil || ok {
 		t.Fatalf("after unlock the master still has the key (%v)", err)
 	}
