@@ -47,6 +47,19 @@ import (
 // answers -1 and that shard sits out a quarantine, after which it marks
 // every slot it serves. A lease whose keys moved keeps them: they are
 // where its releases and extensions now go.
+//
+// Failover. A replica promoted in a shard (CLUSTER FAILOVER, FORCE,
+// TAKEOVER, or by the cluster when its master died) is a new master
+// address, so a new shard actor, which meets it untrusted: the markers it
+// copied name its old master's lineage. Until its former master says it
+// no longer serves those slots (a TAKEOVER it has not heard of yet), it
+// may take the writes of engines that have not moved yet, which its
+// demotion loses; so the new master's quarantine runs until Quarantine
+// after the first probe that no longer hears of it (split). A former
+// master that does not answer is taken for gone: cut off from the
+// cluster's majority, it refuses commands after the node timeout
+// (cluster_state fail), unless cluster-require-full-coverage is no and it
+// still reaches part of it, which is Redis Cluster's own limit.
 type Cluster struct {
 	system *actor.ActorSystem
 	pid    *actor.PID // routes commands (router)
@@ -61,7 +74,6 @@ type Cluster struct {
 
 	mu        sync.Mutex
 	shards    map[string]*shard // by master address
-	err       error             // the last view's failure
 	followers []func()          // called after each view applied (follow)
 	// formers are the masters that left the view, by address, with the
 	// slots they served: until one says it serves none of them, it may
@@ -314,11 +326,7 @@ func (c *Cluster) watch() {
 			}
 			cancel()
 		}()
-		v, err := c.view(ctx)
-		c.mu.Lock()
-		c.err = err
-		c.mu.Unlock()
-		if err == nil {
+		if v, err := c.view(ctx); err == nil {
 			c.apply(v)
 		}
 		c.split(ctx)
