@@ -21,6 +21,7 @@ import (
 	"github.com/redis/rueidis/rueidislock"
 
 	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/node"
 )
 
 // lockTTL is every client's lock TTL, so all of them do the same work.
@@ -33,6 +34,16 @@ var clientNames = []string{
 	"raw", "raw-tuned",
 	"rueidislock", "redislock",
 }
+
+// clusterMasters, with -cluster, is how many masters the one node, a
+// Redis Cluster, has; 0 for standalone nodes.
+var clusterMasters int
+
+// onCluster are the clients that run on a Redis Cluster (-cluster):
+// redlease, and those over rueidis, whose client finds the cluster from
+// the address it is given and routes each key to its master.
+var onCluster = map[string]bool{"redlease": true, "redsync-rueidis": true, "redsync-rueidis-tuned": true,
+	"raw": true, "raw-tuned": true, "rueidislock": true}
 
 // singleNode are the clients that lock on one Redis, not by Redlock: they
 // run only on the suite's one-node rows, and the tables mark them with
@@ -170,6 +181,9 @@ func newLocker(name string, addrs []string) (locker, error) {
 type redleaseLocker struct{ e *engine.Engine }
 
 func newRedlease(addrs []string) (*redleaseLocker, error) {
+	if clusterMasters > 0 { // one Redis Cluster, by its seed
+		addrs = []string{node.Target{Cluster: addrs}.String()}
+	}
 	e, err := engine.New(engine.Config{Nodes: addrs, TTL: lockTTL})
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"runtime"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/node"
 )
 
 // defaultNodeCounts: the suite runs on one node (most services run a
@@ -227,6 +229,7 @@ func mainCode() int {
 	plotPath := fs.String("plot", "", "write an SVG plot to `FILE` (.svg): per workload and node count (and added RTT)\na row with cycles/s and acquire p99 against workers, one line per client")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole suite to `FILE` (go tool pprof);\nrun one client and one workload to read it")
 	rttFlag := fs.String("rtt", "0", "comma-separated round-trip times to add between every client and each node\n(e.g. 0,200us,1ms): the suite runs once per RTT; above 0 through delay proxies (see above)")
+	clusterFlag := fs.Int("cluster", 0, "with N > 0, the one node is a Redis Cluster of N masters the bench starts (no replicas,\nDEBUG off, as Redis ships): the suite runs at -n 1 with the clients that run on a cluster\n(redlease, redsync-rueidis, raw and rueidislock, over rueidis' cluster client), and each\nrun gives each master's CPU per cycle; not with -nodes or -rtt, nor degraded or held")
 	memProfile := fs.String("memprofile", "", "write a heap profile to `FILE` at the end of the suite, and for the held\nworkload while its leases are held")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), strings.NewReplacer("{{tuned}}", tunedHelp(), "{{ttl}}", lockTTL.String()).Replace(usageText))
@@ -275,6 +278,20 @@ func mainCode() int {
 		}
 	case len(addrs) > 0:
 		counts = []int{len(addrs)}
+	}
+	if *clusterFlag > 0 {
+		if len(addrs) > 0 || slices.ContainsFunc(rtts, func(d time.Duration) bool { return d > 0 }) {
+			return usageError(fs, errors.New("-cluster starts its cluster itself, on loopback: not with -nodes or -rtt"))
+		}
+		clusterMasters, counts = *clusterFlag, []int{1}
+		if off := slices.DeleteFunc(slices.Clone(clients), func(c string) bool { return onCluster[c] }); len(off) > 0 {
+			fmt.Fprintf(os.Stderr, "bench: note: -cluster: leaving out %s (not over a cluster client here)\n", strings.Join(off, ", "))
+			clients = slices.DeleteFunc(clients, func(c string) bool { return !onCluster[c] })
+		}
+		workloads = slices.DeleteFunc(workloads, func(w string) bool { return w == degraded || w == heldWorkload })
+		if len(clients) == 0 || len(workloads) == 0 {
+			return usageError(fs, errors.New("-cluster: nothing left to run (clients: "+strings.Join(slices.Sorted(maps.Keys(onCluster)), ", ")+"; workloads: uncontended, contended)"))
+		}
 	}
 	slices.Sort(counts)
 	counts = slices.Compact(counts)
@@ -353,7 +370,18 @@ func mainCode() int {
 	defer stop()
 	context.AfterFunc(ctx, stop)
 
-	var cluster *redisproc.Cluster // nil with -nodes: no loss phase in held, no degraded
+	var cluster *redisproc.Cluster // nil with -nodes or -cluster: no loss phase in held, no degraded
+	var masters []string           // -cluster's
+	if clusterMasters > 0 {
+		fmt.Fprintf(os.Stderr, "bench: starting a Redis Cluster of %d masters\n", clusterMasters)
+		rc, err := redisproc.StartBenchRedisCluster(clusterMasters, 0)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			return 1
+		}
+		defer rc.Close()
+		masters, addrs = rc.Addrs(), rc.Addrs()[:1] // the clients find the others from one
+	}
 	if len(addrs) == 0 {
 		fmt.Fprintf(os.Stderr, "bench: starting %d redis-server nodes\n", most)
 		cluster, err = redisproc.StartBenchNodes(most)
@@ -364,12 +392,19 @@ func mainCode() int {
 		defer cluster.Close()
 		addrs = cluster.Addrs()
 	}
-	adm, err := newAdmin(addrs)
+	admAddrs := addrs
+	if masters != nil {
+		admAddrs = masters
+	}
+	adm, err := newAdmin(admAddrs)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		return 1
 	}
 	defer adm.close()
+	if masters != nil {
+		adm.mark = node.Target{Cluster: addrs}.String()
+	}
 
 	b := &bench{addrs: addrs, dial: addrs, admin: adm, cluster: cluster, duration: *duration, warmup: *warmup, plan: plan, progress: newProgress(os.Stderr)}
 	var what []string
@@ -398,6 +433,7 @@ func mainCode() int {
 		printTable(os.Stdout, results)
 		printRatios(os.Stdout, results)
 		printDegradedRatios(os.Stdout, results)
+		printShards(os.Stdout, results)
 	}
 	code := 0
 	if err != nil {

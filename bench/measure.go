@@ -55,6 +55,10 @@ type admin struct {
 	addrs   []string
 	clients []rueidis.Client
 	dead    []bool
+	// mark, for a Redis Cluster (-cluster), is its Config.Nodes entry:
+	// addrs are its masters, flushed one by one and marked new together,
+	// and every node count's suite runs on them all.
+	mark string
 }
 
 // setDead marks node i dead (left out of FLUSHALL and INFO) or alive.
@@ -78,6 +82,9 @@ func newAdmin(addrs []string) (*admin, error) {
 
 // first is a narrowed to its first n nodes; close a, not it.
 func (a *admin) first(n int) *admin {
+	if a.mark != "" {
+		return a
+	}
 	return &admin{addrs: a.addrs[:n], clients: a.clients[:n], dead: a.dead[:n]}
 }
 
@@ -104,6 +111,9 @@ func (a *admin) flushAll(ctx context.Context) error {
 		}
 		live = append(live, a.addrs[i])
 	}
+	if a.mark != "" {
+		live = []string{a.mark}
+	}
 	return engine.MarkNew(ctx, engine.Config{Nodes: live})
 }
 
@@ -112,6 +122,7 @@ func (a *admin) flushAll(ctx context.Context) error {
 // (total_commands_processed from INFO stats), in one INFO per node.
 func (a *admin) server(ctx context.Context, s *snapshot) error {
 	var cpu float64
+	s.servers = make([]time.Duration, len(a.clients))
 	for i, c := range a.clients {
 		if a.dead[i] {
 			continue
@@ -130,6 +141,7 @@ func (a *admin) server(ctx context.Context, s *snapshot) error {
 				s.commands += int64(f)
 			} else {
 				cpu += f
+				s.servers[i] += time.Duration(f * float64(time.Second))
 			}
 		}
 	}
@@ -140,7 +152,8 @@ func (a *admin) server(ctx context.Context, s *snapshot) error {
 // snapshot is the counters read before and after a measured run.
 type snapshot struct {
 	client, server time.Duration
-	writes         int64 // -1 when /proc/self/io is unreadable
+	servers        []time.Duration // server, by node
+	writes         int64           // -1 when /proc/self/io is unreadable
 	// commands the live nodes ran; the INFO that reads them is not
 	// counted in its own reading, so a run's difference counts one INFO
 	// per node, the one of the snapshot before it.

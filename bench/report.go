@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -51,6 +52,8 @@ type Result struct {
 
 	ClientCPU float64 `json:"client_cpu_us_per_cycle"` // getrusage, whole process
 	ServerCPU float64 `json:"server_cpu_us_per_cycle"` // INFO cpu, all live nodes
+	// ShardCPU, on a Redis Cluster (-cluster), is ServerCPU by master.
+	ShardCPU []float64 `json:"shard_cpu_us_per_cycle,omitempty"`
 	// Commands is the commands the client sent the nodes per cycle, as
 	// they went on the wire (a script is one), retries, cleanups and
 	// health probes included; for redlease, the commands its batch
@@ -164,6 +167,11 @@ func (res *Result) costs(before, after snapshot, progressWrites int64) {
 	}
 	res.ClientCPU = perCycle(float64(after.client-before.client) / float64(time.Microsecond))
 	res.ServerCPU = perCycle(float64(after.server-before.server) / float64(time.Microsecond))
+	if clusterMasters > 0 {
+		for i := range after.servers {
+			res.ShardCPU = append(res.ShardCPU, perCycle(float64(after.servers[i]-before.servers[i])/float64(time.Microsecond)))
+		}
+	}
 	res.Commands = perCycle(float64(after.sent - before.sent))
 	res.NodeCommands = perCycle(float64(after.commands - before.commands))
 	res.WriteSyscalls = -1
@@ -471,4 +479,25 @@ func writeJSON(path string, results []Result) error {
 func beforeZero(sorted []time.Duration) int {
 	n, _ := slices.BinarySearch(sorted, 0)
 	return n
+}
+
+// printShards gives, for the runs on a Redis Cluster (-cluster), each
+// master's CPU per cycle, and how far the masters spread from their mean.
+func printShards(w io.Writer, results []Result) {
+	for _, r := range results {
+		if len(r.ShardCPU) == 0 {
+			continue
+		}
+		mean := r.ServerCPU / float64(len(r.ShardCPU))
+		spread := 0.0
+		parts := make([]string, len(r.ShardCPU))
+		for i, c := range r.ShardCPU {
+			parts[i] = fmt.Sprintf("%.1f", c)
+			if mean > 0 {
+				spread = max(spread, math.Abs(c-mean)/mean)
+			}
+		}
+		fmt.Fprintf(w, "cluster %s %s workers=%d: server CPU per master %s µs/cycle, within %.0f%% of their mean\n",
+			r.Client, r.Workload, r.Workers, strings.Join(parts, " / "), 100*spread)
+	}
 }
