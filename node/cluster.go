@@ -227,6 +227,7 @@ func (c *Cluster) apply(v ClusterView) {
 		s := c.shards[addr]
 		if s == nil {
 			s = &shard{addr: addr, slots: new(Slots)}
+			s.slots.p.Store(&slots) // before its first probe, which reads the first slot's marker
 			cfg := c.cfg
 			cfg.Addr, cfg.Slots, cfg.Overlap = addr, s.slots, false
 			cfg.First, cfg.Moved = nil, c.refresh
