@@ -34,3 +34,8 @@ func (a Announcement) String() string {
 	}
 	return s
 }
+
+// isReleaseChannel reports whether channel is a lock key's release
+// channel (ReleasedSuffix), which a Redis Cluster's master announces on
+// with SPUBLISH and watchers hear with SSUBSCRIBE.
+func isReleaseChannel(channel string) bool { return strings.HasSuffix(channel, ReleasedSuffix) }

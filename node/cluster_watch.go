@@ -2,7 +2,6 @@ package node
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -51,7 +50,7 @@ func (w *ClusterWatcher) Watch(channel string) {
 	defer w.mu.Unlock()
 	switch {
 	case w.closed:
-	case strings.HasSuffix(channel, ReleasedSuffix):
+	case isReleaseChannel(channel):
 		addr := w.c.masterOf(hashslot.Of(channel))
 		w.on[channel] = addr
 		w.watchOn(addr, channel)

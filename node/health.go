@@ -172,7 +172,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	cmds[pCommandstats] = b.Info().Section("commandstats").Build()
 	cmds[pEpoch] = b.Get().Key(epochKey).Build()
 	cmds[pScriptLoad] = b.ScriptLoad().Script(batchScript.body).Build()
-	cmds[pEvalsha] = b.Evalsha().Sha1(batchScript.sha).Numkeys(1).Key(epochKey).Arg("", "", "").Build() // a batch of no command
+	cmds[pEvalsha] = b.Evalsha().Sha1(batchScript.sha).Numkeys(1).Key(epochKey).Arg(make([]string, scriptPreamble)...).Build() // a batch of no command
 	cmds[pConfig] = b.ConfigGet().Parameter("enable-debug-command").Build()
 	// An ACL may deny either: a denied EXEC ends the transaction
 	// (EXECABORT), as TestACLDeniedCommands checks.

@@ -61,6 +61,12 @@ func TestScriptAgreesWithTable(t *testing.T) {
 		t.Errorf("batch.lua's arity (KEYS, ARGV with the code) is\n%v\nscriptCmds'\n%v", lua, goSide)
 	}
 
+	// Commands start after the preamble: KEYS[2] and ARGV[1+scriptPreamble].
+	if m := regexp.MustCompile(`(?m)^local k, a, n = (\d+), (\d+), #ARGV$`).FindStringSubmatch(batchLua); m == nil ||
+		m[1] != "2" || m[2] != strconv.Itoa(1+scriptPreamble) {
+		t.Errorf("batch.lua starts reading commands at KEYS, ARGV %v; the Go encoder after 1 key and %d arguments", m, scriptPreamble)
+	}
+
 	m := regexp.MustCompile(`(?m)^local releasedSuffix, grantedSuffix = '([^']*)', '([^']*)'$`).FindStringSubmatch(batchLua)
 	if m == nil {
 		t.Fatal("batch.lua has no 'local releasedSuffix, grantedSuffix = ...'")

@@ -54,6 +54,12 @@ func (m *millis) format(d time.Duration) string {
 	return m.text
 }
 
+// scriptPreamble is how many ARGV a batch script call carries before its
+// commands: the epoch, the channel, and the sharded flag (batch.lua's
+// header; TestScriptAgreesWithTable checks where batch.lua starts reading
+// commands).
+const scriptPreamble = 3
+
 // scriptArgs is a batch script call in the making; the sender goroutine
 // keeps one and reuses it.
 type scriptArgs struct {
@@ -70,7 +76,7 @@ func (s *scriptArgs) build(c rueidis.Client, batch []entry, epochKey, epoch, cha
 		channel = "" // unread: spare the bytes
 	}
 	s.keys = append(s.keys[:0], epochKey)
-	s.args = append(s.args[:0], epoch, channel, flag(sharded))
+	s.args = append(s.args[:0], epoch, channel, flag(sharded)) // scriptPreamble of them
 	for i := range batch {
 		s.add(&batch[i], ttl)
 	}

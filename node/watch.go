@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"time"
 
@@ -233,7 +232,7 @@ func (w *Watcher) subscribe(s *subscriber, channels []string, want map[string]bo
 // shards reports whether the watcher listens on channel with SSUBSCRIBE:
 // a release channel, on a Redis Cluster master.
 func (w *Watcher) shards(channel string) bool {
-	return w.sharded && strings.HasSuffix(channel, ReleasedSuffix)
+	return w.sharded && isReleaseChannel(channel)
 }
 
 // subscriber is one subscribed connection.
