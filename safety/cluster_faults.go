@@ -190,15 +190,22 @@ func (r *run) loseLease(ctx context.Context, rng *rand.Rand, k int, lose func(sl
 	var l *engine.Lease
 	var h *Holding
 	err := lose(hashslot.Of(lockKey(resource)), func() error {
-		// Under load, or while a shard actor first probes a new master,
-		// a round may fail, and the last fault's new master may still
-		// sit out its quarantine: A retries as the workers do, and waits
-		// for it, within its TTL.
+		// Under load, or while a shard actor first probes a new master
+		// (or the engine's view still routes the slot to a master that
+		// is gone), rounds may fail for a while, and the last fault's
+		// new master may still sit out its quarantine: A tries again
+		// until it gets the lease, within its TTL, not within the
+		// workers' few attempts.
 		actx, cancel := context.WithTimeout(ctx, 2*ttl)
 		defer cancel()
 		var err error
-		if l, err = es[0].Acquire(actx, resource, workerRetry); err != nil {
-			return err
+		for {
+			if l, err = es[0].Acquire(actx, resource, workerRetry); err == nil {
+				break
+			}
+			if !sleep(actx, 50*time.Millisecond) {
+				return err
+			}
 		}
 		h = r.rec.Held(resource, "shard0/A", l.Value(), time.Now(), l.Until(), l.Token())
 		return nil

@@ -447,14 +447,15 @@ func (s *SentinelSet) FailoverLosingWrites(ctx context.Context, write func(maste
 }
 
 // failoverLosingWrites is both FailoverLosingWrites: once master's
-// replicas have its writes (within 5s), it denies them PSYNC and SYNC and
-// cuts them off, runs write, then failover, which calls restore once the
-// promotion counts. restore, tried again for up to 5s (a demotion drops
+// replicas have its writes (within 10s: one that resyncs after an
+// earlier fault may lag by a megabyte under load), it denies them PSYNC
+// and SYNC and cuts them off, runs write, then failover, which calls
+// restore once the promotion counts. restore, tried again for up to 5s (a demotion drops
 // every client of the old master), gives PSYNC and SYNC back and, with
 // rewrite, rewrites master's config file.
 func failoverLosingWrites(ctx context.Context, master *Node, servers []*Node, rewrite bool,
 	write func(master *Node) error, failover func(restore func()) (*Node, error)) (*Node, error) {
-	if err := master.replicasCaughtUp(ctx, servers, 5*time.Second); err != nil {
+	if err := master.replicasCaughtUp(ctx, servers, 10*time.Second); err != nil {
 		return nil, err
 	}
 	if _, err := master.Do(ctx, "ACL", "SETUSER", "default", "-psync", "-sync"); err != nil {
