@@ -364,6 +364,9 @@ type wire struct {
 	ctx    *deadline    // the context of its batches; nil after one fired
 	rest   []entry      // plainFirst's scratch space
 	calls  []call       // the batch's script calls
+	// markers: the marker keys of a cluster shard's slots, by slot
+	// (markerKey), at most one per slot the shard ever served.
+	markers map[uint16]string
 }
 
 func (a *nodeActor) Receive(ctx actor.Context) {
@@ -758,7 +761,7 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	}
 	plainEnd := len(cmds)
 	for _, c := range w.calls {
-		cmds = append(cmds, w.script.build(client, batch[c.from:c.to], a.markerKey(c), j.epoch, j.channel, a.cfg.Slots != nil, &w.ttl))
+		cmds = append(cmds, w.script.build(client, batch[c.from:c.to], a.markerKey(w, c), j.epoch, j.channel, a.cfg.Slots != nil, &w.ttl))
 	}
 	start := time.Now()
 	results := client.DoMulti(ctx, cmds...)
@@ -852,12 +855,20 @@ func (a *nodeActor) calls(batch []entry, out []call) []call {
 }
 
 // markerKey is the epoch marker a call requires: on a cluster's shard,
-// its slot's.
-func (a *nodeActor) markerKey(c call) string {
+// its slot's, made once per slot (w.markers).
+func (a *nodeActor) markerKey(w *wire, c call) string {
 	if a.cfg.Slots == nil {
 		return a.cfg.EpochKey
 	}
-	return markerKey(a.cfg.EpochKey, c.slot)
+	k, ok := w.markers[c.slot]
+	if !ok {
+		if w.markers == nil {
+			w.markers = map[uint16]string{}
+		}
+		k = markerKey(a.cfg.EpochKey, c.slot)
+		w.markers[c.slot] = k
+	}
+	return k
 }
 
 // movedSlot reports whether err is a cluster master's refusal of a slot

@@ -41,17 +41,13 @@ func TestScriptAgreesWithTable(t *testing.T) {
 	}
 
 	lua := map[string][2]int{}
-	for i, table := range []string{"nkeys", "nargs"} {
-		block := regexp.MustCompile(`\nlocal ` + table + ` = \{(.*?)\}\n`).FindStringSubmatch(batchLua)
-		if block == nil {
-			t.Fatalf("batch.lua has no 'local %s = {...}'", table)
+	for _, m := range regexp.MustCompile(`(?m)^  (?:if|elseif) c == '(\w)' then return (\d+), (\d+)$`).FindAllStringSubmatch(batchLua, -1) {
+		nk, _ := strconv.Atoi(m[2])
+		na, _ := strconv.Atoi(m[3])
+		if _, dup := lua[m[1]]; dup {
+			t.Errorf("batch.lua's arity names %q twice", m[1])
 		}
-		for _, m := range regexp.MustCompile(`(\w+) = (\d+)`).FindAllStringSubmatch(block[1], -1) {
-			v, _ := strconv.Atoi(m[2])
-			got := lua[m[1]]
-			got[i] = v
-			lua[m[1]] = got
-		}
+		lua[m[1]] = [2]int{nk, na}
 	}
 	goSide := map[string][2]int{}
 	for _, c := range scriptCmds {
