@@ -12,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -79,6 +80,16 @@ redlease's acquire p50 over raw's and raw-tuned's.
 
 Without -workload the suite is uncontended at 1, 128 and 512 workers on
 each node count, then held on the largest.
+
+-cluster N -workload failover measures what a failover inside a Redis
+Cluster costs the shards that did not fail: on a cluster of its own (N
+masters, a replica each), redlease's workers (the first -workers, 128 by
+default) take and release the resources uncontended; after -duration
+(at least 3s) one master is failed over (CLUSTER FAILOVER: its replica
+has every write, yet engines meet it as a new master and quarantine its
+slots), and the run goes on until its resources are served again and
+-duration more. It prints the cycles/s of that shard's resources and of
+the others' before, during the quarantine and after.
 
 Services reach Redis over a network, not loopback: -rtt repeats the whole
 suite per added round-trip time (e.g. -rtt 0,200us,1ms: one zone, across
@@ -279,6 +290,13 @@ func mainCode() int {
 	case len(addrs) > 0:
 		counts = []int{len(addrs)}
 	}
+	failover := slices.Contains(workloads, failoverWorkload)
+	if failover {
+		if *clusterFlag <= 0 {
+			return usageError(fs, errors.New("-workload failover fails a shard of a Redis Cluster over: it needs -cluster N"))
+		}
+		workloads = slices.DeleteFunc(workloads, func(w string) bool { return w == failoverWorkload })
+	}
 	if *clusterFlag > 0 {
 		if len(addrs) > 0 || slices.ContainsFunc(rtts, func(d time.Duration) bool { return d > 0 }) {
 			return usageError(fs, errors.New("-cluster starts its cluster itself, on loopback: not with -nodes or -rtt"))
@@ -289,7 +307,7 @@ func mainCode() int {
 			clients = slices.DeleteFunc(clients, func(c string) bool { return !onCluster[c] })
 		}
 		workloads = slices.DeleteFunc(workloads, func(w string) bool { return w == degraded || w == heldWorkload })
-		if len(clients) == 0 || len(workloads) == 0 {
+		if len(clients) == 0 || len(workloads) == 0 && !failover {
 			return usageError(fs, errors.New("-cluster: nothing left to run (clients: "+strings.Join(slices.Sorted(maps.Keys(onCluster)), ", ")+"; workloads: uncontended, contended)"))
 		}
 	}
@@ -340,7 +358,7 @@ func mainCode() int {
 			plan[i].instances, plan[i].hold = *instances, *hold
 		}
 	}
-	if len(plan) == 0 {
+	if len(plan) == 0 && len(workloads) > 0 {
 		return usageError(fs, errors.New("nothing to run: the single-node clients run only at -n 1"))
 	}
 	if slices.Contains(workloads, heldWorkload) && !slices.Contains(clients, "redlease") {
@@ -369,6 +387,21 @@ func mainCode() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	context.AfterFunc(ctx, stop)
+
+	if failover {
+		w := 128
+		if len(workers) > 0 {
+			w = workers[0]
+		}
+		fmt.Fprintf(os.Stderr, "bench: failover: a Redis Cluster of %d masters with a replica each, one shard failed over\n", clusterMasters)
+		if err := shardFailover(ctx, os.Stdout, clusterMasters, w, cmp.Or(*resources, 1000), max(*duration, 3*time.Second)); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: failover: %v\n", err)
+			return 1
+		}
+		if len(plan) == 0 {
+			return 0
+		}
+	}
 
 	var cluster *redisproc.Cluster // nil with -nodes or -cluster: no loss phase in held, no degraded
 	var masters []string           // -cluster's

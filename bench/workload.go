@@ -12,10 +12,11 @@ import (
 // held.go) is for redlease only. degraded is uncontended with one node
 // dead (see degraded.go).
 const (
-	uncontended  = "uncontended"
-	contended    = "contended"
-	heldWorkload = "held"
-	degraded     = "degraded"
+	uncontended      = "uncontended"
+	contended        = "contended"
+	heldWorkload     = "held"
+	degraded         = "degraded"
+	failoverWorkload = "failover" // -cluster only: see failover.go
 )
 
 // workloadNames are the workloads the benchmark knows; defaultWorkloads
@@ -27,7 +28,7 @@ const (
 // two minutes. contended and degraded are left out so that the suite
 // stays under 3 minutes on a 2-core machine.
 var (
-	workloadNames    = []string{uncontended, contended, degraded, heldWorkload}
+	workloadNames    = []string{uncontended, contended, degraded, heldWorkload, failoverWorkload}
 	defaultWorkloads = []string{uncontended, heldWorkload}
 )
 

@@ -64,6 +64,21 @@ type NodeReport struct {
 	// Slots, for a shard of a cluster, is how many slots its master
 	// serves.
 	Slots int
+	// Replicas are the replicas the node lists as a master, with the
+	// state of each one's link. They never vote; an operator reads here
+	// which server a failover would promote.
+	Replicas []Replica
+}
+
+// Replica is a replica as its master reports it.
+type Replica struct {
+	Addr  string // host:port, as the replica announced it
+	State string // "online", or a sync under way ("wait_bgsave", "send_bulk")
+	// Lag is how many bytes of its master's replication stream it had
+	// not acknowledged at its last acknowledgement (replicas send one a
+	// second): a bound on what a failover to it would lose only when
+	// writes have been still for a second.
+	Lag int64
 }
 
 // Serves reports whether an engine would acquire on the node at now.
@@ -126,6 +141,9 @@ func nodeReport(cfg *Config, addr string, info *node.Info, err error, at time.Ti
 		return r
 	}
 	r.Server, r.RunID, r.Uptime, r.Replica, r.Trusted, r.RTT = info.Addr, info.RunID, info.Uptime, info.Replica, info.Trusted(), info.RTT
+	for _, rep := range info.Replicas {
+		r.Replicas = append(r.Replicas, Replica{Addr: rep.Addr, State: rep.State, Lag: rep.Lag})
+	}
 	if !cfg.UnsafeEviction {
 		r.Evicts = info.Evicts
 	}

@@ -86,7 +86,10 @@ type Info struct {
 	// the writes of engines that have not yet moved, and loses them when
 	// it is demoted.
 	Split []string
-	RTT   time.Duration // the probe's round trip
+	// Replicas are the replicas the node lists as a master (INFO
+	// replication): for people, never for a vote.
+	Replicas []redisinfo.Replica
+	RTT      time.Duration // the probe's round trip
 }
 
 // Lineage names the node's dataset as it is now: its replication history,
@@ -211,6 +214,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	info.Replica = role == "slave"
 	second, _ := redisinfo.Field(repl, "second_repl_offset")
 	info.Promoted = !info.Replica && second != "" && second != "-1"
+	info.Replicas = redisinfo.Replicas(repl)
 	up, _ := redisinfo.Field(server, "uptime_in_seconds")
 	if s, err := strconv.ParseInt(up, 10, 64); err == nil {
 		info.Uptime = time.Duration(s) * time.Second

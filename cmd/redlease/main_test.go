@@ -469,8 +469,9 @@ func TestSentinelNode(t *testing.T) {
 	}
 	var got nodesJSON
 	wantCode(t, "nodes", cliJSON(t, &got, "nodes", "-nodes", spec), exitFail) // fresh: quarantined
-	if n := got.Nodes[0]; n.Node != spec || n.Server != master.Addr() || n.Role != "master" {
-		t.Fatalf("master set: %+v; want node %s, server %s, master", n, spec, master.Addr())
+	if n := got.Nodes[0]; n.Node != spec || n.Server != master.Addr() || n.Role != "master" ||
+		len(n.Replicas) != 1 || n.Replicas[0].Addr == master.Addr() {
+		t.Fatalf("master set: %+v; want node %s, server %s, master, with its one replica", n, spec, master.Addr())
 	}
 	code, _, _ := cli(t, "", nil, "mark-new", "-yes", "-nodes", spec)
 	wantCode(t, "mark-new", code, exitOK)
@@ -491,7 +492,7 @@ func TestSentinelNode(t *testing.T) {
 // marks them all, locks and unlock find a lease's key on its slot's
 // master.
 func TestClusterNode(t *testing.T) {
-	c := redisproc.StartRedisClusterT(t, 3, 0)
+	c := redisproc.StartRedisClusterT(t, 3, 1)
 	spec := node.Target{Cluster: c.Addrs()[:1]}.String()
 	var got nodesJSON
 	wantCode(t, "nodes", cliJSON(t, &got, "nodes", "-nodes", spec), exitFail) // fresh: quarantined
@@ -503,8 +504,8 @@ func TestClusterNode(t *testing.T) {
 	wantCode(t, "nodes after mark-new", cliJSON(t, &got, "nodes", "-nodes", spec), exitOK)
 	slots := 0
 	for _, s := range got.Nodes[0].Shards {
-		if s.State != stateServing || s.Role != "master" || s.RunID == "" {
-			t.Errorf("shard %+v: want a serving master", s)
+		if s.State != stateServing || s.Role != "master" || s.RunID == "" || len(s.Replicas) != 1 {
+			t.Errorf("shard %+v: want a serving master with its replica", s)
 		}
 		slots += s.Slots
 	}
@@ -512,9 +513,10 @@ func TestClusterNode(t *testing.T) {
 		t.Errorf("the shards serve %d slots, want 16384", slots)
 	}
 	code, out, _ := cli(t, "", nil, "nodes", "-nodes", spec)
-	if code != exitOK || strings.Count(out, " slots)") != 3 {
-		t.Errorf("nodes table (%d):\n%s\nwant a row per master", code, out)
+	if code != exitOK || strings.Count(out, " slots)") != 3 || strings.Count(out, " replica ") != 3 {
+		t.Errorf("nodes table (%d):\n%s\nwant a row per master and one per replica", code, out)
 	}
+	t.Logf("nodes:\n%s", out)
 
 	master, err := c.MasterOf(t.Context(), hashslot.Of("redlease:{job}"))
 	if err != nil {

@@ -39,20 +39,27 @@ type nodesJSON struct {
 }
 
 type nodeJSON struct {
-	Node                  string     `json:"node"`
-	Server                string     `json:"server,omitempty"` // a master set's master now
-	State                 string     `json:"state"`
-	Error                 string     `json:"error,omitempty"`
-	Role                  string     `json:"role,omitempty"`
-	RunID                 string     `json:"run_id,omitempty"`
-	MaxmemoryPolicy       string     `json:"maxmemory_policy,omitempty"` // only when it may evict lock keys
-	UptimeSeconds         int64      `json:"uptime_seconds"`
-	Trusted               bool       `json:"trusted"`
-	QuarantineUntil       *time.Time `json:"quarantine_until,omitempty"`
-	QuarantineLeftSeconds float64    `json:"quarantine_left_seconds"`
-	RTTMillis             float64    `json:"rtt_ms"`
-	Slots                 int        `json:"slots,omitempty"`  // a cluster's master: how many slots it serves
-	Shards                []nodeJSON `json:"shards,omitempty"` // a Redis Cluster's masters
+	Node                  string        `json:"node"`
+	Server                string        `json:"server,omitempty"` // a master set's master now
+	State                 string        `json:"state"`
+	Error                 string        `json:"error,omitempty"`
+	Role                  string        `json:"role,omitempty"`
+	RunID                 string        `json:"run_id,omitempty"`
+	MaxmemoryPolicy       string        `json:"maxmemory_policy,omitempty"` // only when it may evict lock keys
+	UptimeSeconds         int64         `json:"uptime_seconds"`
+	Trusted               bool          `json:"trusted"`
+	QuarantineUntil       *time.Time    `json:"quarantine_until,omitempty"`
+	QuarantineLeftSeconds float64       `json:"quarantine_left_seconds"`
+	RTTMillis             float64       `json:"rtt_ms"`
+	Slots                 int           `json:"slots,omitempty"`    // a cluster's master: how many slots it serves
+	Shards                []nodeJSON    `json:"shards,omitempty"`   // a Redis Cluster's masters
+	Replicas              []replicaJSON `json:"replicas,omitempty"` // a master's, as it lists them
+}
+
+type replicaJSON struct {
+	Addr     string `json:"addr"`
+	State    string `json:"state"`     // its link: online, or a sync under way
+	LagBytes int64  `json:"lag_bytes"` // of its master's stream, not acknowledged (as of its last ack: one a second)
 }
 
 func runNodes(ctx context.Context, o *options, cfg engine.Config, _ []string, s ios) int {
@@ -90,6 +97,9 @@ func nodeOf(r engine.NodeReport, now time.Time) nodeJSON {
 	n := nodeJSON{Node: r.Addr, State: nodeState(r, now), RunID: r.RunID, MaxmemoryPolicy: r.Evicts,
 		UptimeSeconds: int64(r.Uptime / time.Second), Trusted: r.Trusted, RTTMillis: float64(r.RTT) / float64(time.Millisecond),
 		Slots: r.Slots}
+	for _, rep := range r.Replicas {
+		n.Replicas = append(n.Replicas, replicaJSON{Addr: rep.Addr, State: rep.State, LagBytes: rep.Lag})
+	}
 	if r.Server != r.Addr {
 		n.Server = r.Server
 	}
@@ -134,6 +144,9 @@ func printNodes(s ios, out nodesJSON) {
 		default:
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%.2fms\n", n.Node, n.State, n.Role, short(n.RunID),
 				time.Duration(n.UptimeSeconds)*time.Second, yesNo(n.Trusted), quarantine, n.RTTMillis)
+		}
+		for _, r := range n.Replicas { // below their master, its link's state as theirs
+			fmt.Fprintf(w, "%s  %s\t%s\treplica\t-\t-\t-\t-\t-\n", indent, r.Addr, r.State)
 		}
 		for _, sh := range n.Shards {
 			row(sh, indent+"  ")

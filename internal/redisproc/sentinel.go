@@ -674,23 +674,11 @@ func (n *Node) replicasCaughtUp(ctx context.Context, servers []*Node, timeout ti
 	if err != nil {
 		return fmt.Errorf("redisproc: %s: %w", n.Addr(), err)
 	}
-	count, _ := redisinfo.Field(info, "connected_slaves")
-	connected, err := strconv.Atoi(count)
-	if err != nil {
-		return fmt.Errorf("redisproc: %s: connected_slaves %q", n.Addr(), count)
-	}
 	var replicas []*Node
-	for i := range connected {
-		line, _ := redisinfo.Field(info, fmt.Sprintf("slave%d", i))
-		fields := map[string]string{}
-		for _, kv := range strings.Split(line, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			fields[k] = v
-		}
-		addr := net.JoinHostPort(fields["ip"], fields["port"])
-		i := slices.IndexFunc(servers, func(s *Node) bool { return s.Addr() == addr })
+	for _, r := range redisinfo.Replicas(info) {
+		i := slices.IndexFunc(servers, func(s *Node) bool { return s.Addr() == r.Addr })
 		if i < 0 {
-			return fmt.Errorf("redisproc: %s has a replica %s that is none of its set's servers", n.Addr(), addr)
+			return fmt.Errorf("redisproc: %s has a replica %s that is none of its set's servers", n.Addr(), r.Addr)
 		}
 		replicas = append(replicas, servers[i])
 	}

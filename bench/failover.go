@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/internal/hashslot"
+	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/node"
+)
+
+// shardFailover is the failover workload (-cluster N -workload failover):
+// what a failover inside a Redis Cluster costs the resources of the
+// shards that did not fail. It starts a cluster of its own (N masters,
+// a replica each), has redlease's workers take and release its resources
+// uncontended, as the uncontended workload does, and after a baseline
+// fails the master of one shard over (CLUSTER FAILOVER, graceful: the
+// replica has every write, yet it is a new master, which each engine
+// meets untrusted). It reports the cycles/s of the failed shard's
+// resources and of the others' before the failover, while the failed
+// shard sits out its quarantine, and after: the other shards' rate in the
+// quarantine over their baseline is the number the cluster issue asks to
+// stay at 90% or more.
+func shardFailover(ctx context.Context, out io.Writer, masters, workers, resources int, baseline time.Duration) error {
+	rc, err := redisproc.StartBenchRedisCluster(masters, 1)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	cfg := engine.Config{Nodes: []string{node.Target{Cluster: rc.Addrs()[:1]}.String()}, TTL: lockTTL}
+	if err := engine.MarkNew(ctx, cfg); err != nil {
+		return err
+	}
+	e, err := engine.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+
+	// The failed shard is the first resource's; each resource counts
+	// its cycles for its side, in buckets of a tenth of a second.
+	names := make([]string, resources)
+	failed := make([]bool, resources)
+	for i := range names {
+		names[i] = "redlease:res:" + strconv.Itoa(i) // as the uncontended workload names them
+	}
+	slotOf := func(i int) int { return hashslot.Of(node.LockKey(engine.DefaultKeyPrefix, names[i])) }
+	victim, err := rc.MasterOf(ctx, slotOf(0))
+	if err != nil {
+		return err
+	}
+	for i := range names {
+		m, err := rc.MasterOf(ctx, slotOf(i))
+		if err != nil {
+			return err
+		}
+		failed[i] = m == victim
+	}
+	const bucket = 100 * time.Millisecond
+	const most = 1200 // buckets: two minutes
+	var counts [2][most]atomic.Int64
+	start := time.Now()
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			bg := context.WithoutCancel(runCtx)
+			for i := w; runCtx.Err() == nil; i += workers {
+				r := i % resources
+				l, err := e.TryAcquire(bg, names[r])
+				if err != nil {
+					continue // the failed shard's, in its quarantine: the worker goes on to its next
+				}
+				if l.Release(bg) == nil {
+					side := 0
+					if failed[r] {
+						side = 1
+					}
+					if b := int(time.Since(start) / bucket); b < most {
+						counts[side][b].Add(1)
+					}
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer stop()
+
+	if !sleepCtx(ctx, baseline+time.Second) { // a second of warm-up
+		return ctx.Err()
+	}
+	failStart := time.Since(start)
+	if _, err := rc.Failover(ctx, victim, ""); err != nil {
+		return err
+	}
+	failEnd := time.Since(start)
+	// The quarantine: until the engine serves the failed shard's first
+	// resource again, bounded by the buckets.
+	var back time.Duration
+	for back == 0 && time.Since(start) < time.Duration(most-30)*bucket {
+		if l, err := e.TryAcquire(ctx, names[0]); err == nil {
+			back = time.Since(start)
+			_ = l.Release(ctx)
+			break
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	if back == 0 {
+		return fmt.Errorf("failover: the failed shard did not serve again within %v", time.Duration(most)*bucket)
+	}
+	if !sleepCtx(ctx, baseline) {
+		return ctx.Err()
+	}
+	end := time.Since(start)
+	stop()
+	wg.Wait()
+
+	rate := func(side int, from, to time.Duration) float64 {
+		var n int64
+		for b := int(from / bucket); b < int(to/bucket); b++ {
+			n += counts[side][b].Load()
+		}
+		return float64(n) / (to - from).Seconds()
+	}
+	base := [2]float64{rate(0, time.Second, failStart), rate(1, time.Second, failStart)}
+	// The quarantine proper: from the failover's end to the shard's
+	// first grant, a bucket in from each end.
+	during := [2]float64{rate(0, failEnd+bucket, back-bucket), rate(1, failEnd+bucket, back-bucket)}
+	after := [2]float64{rate(0, back+bucket, end), rate(1, back+bucket, end)}
+	fmt.Fprintf(out, "failover: %d masters, a replica each; redlease, %d workers, %d resources (%d on the failed shard); CLUSTER FAILOVER took %v, the shard served again %v after it\n",
+		masters, workers, resources, countTrue(failed), (failEnd - failStart).Round(time.Millisecond), (back - failEnd).Round(time.Millisecond))
+	fmt.Fprintf(out, "%-26s %12s %12s %12s\n", "cycles/s", "before", "quarantine", "after")
+	fmt.Fprintf(out, "%-26s %12.0f %12.0f %12.0f\n", "the other shards' resources", base[0], during[0], after[0])
+	fmt.Fprintf(out, "%-26s %12.0f %12.0f %12.0f\n", "the failed shard's", base[1], during[1], after[1])
+	fmt.Fprintf(out, "the other shards kept %.0f%% of their rate during the quarantine\n", 100*during[0]/base[0])
+	return nil
+}
+
+// sleepCtx sleeps for d, or until ctx ends: false then.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}
