@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/internal/testwait"
 )
 
@@ -21,33 +22,49 @@ import (
 // EXEC acquires go through the script; without CONFIG, DEBUG is assumed.
 // Each case is a user of one node lacking those commands.
 func TestACLDeniedCommands(t *testing.T) {
-	c := startNodes(t, 1)
+	c := redisproc.Start(t, 1)
+	testACL(t, c.Addrs(), c.Nodes, nil)
+}
+
+// The same on a Redis Cluster, whose every master has the user: and
+// without CLUSTER, the engine cannot find the cluster's masters.
+func TestACLDeniedOnACluster(t *testing.T) {
+	c := redisproc.StartRedisClusterT(t, 3, 0)
+	testACL(t, []string{clusterNode(c)}, c.Servers, []aclCase{{"no CLUSTER", []string{"-cluster"}, "CLUSTER SHARDS"}})
+}
+
+// aclCase is a user's rules and what New's error or the log says.
+type aclCase struct {
+	name  string
+	rules []string
+	want  string
+}
+
+// testACL runs the cases on nodes, whose servers all get the user,
+// and the fatal cases more.
+func testACL(t *testing.T, nodes []string, servers []*redisproc.Node, more []aclCase) {
 	user := func(t *testing.T, rules ...string) Config {
 		t.Helper()
 		args := append([]string{"ACL", "SETUSER", "lim", "reset", "on", ">pw", "~*", "&*", "+@all"}, rules...)
-		if _, err := c.Nodes[0].Do(t.Context(), args...); err != nil {
+		for _, s := range servers {
+			if _, err := s.Do(t.Context(), args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := MarkNew(t.Context(), Config{Nodes: nodes}); err != nil { // as the default user
 			t.Fatal(err)
 		}
-		_, _ = c.Nodes[0].Do(t.Context(), "FLUSHALL")
-		cfg := Config{Nodes: c.Addrs(), Client: rueidis.ClientOption{Username: "lim", Password: "pw"}, TTL: time.Second}
-		if err := MarkNew(t.Context(), Config{Nodes: c.Addrs()}); err != nil { // as the default user
-			t.Fatal(err)
-		}
-		return cfg
+		return Config{Nodes: nodes, Client: rueidis.ClientOption{Username: "lim", Password: "pw"}, TTL: time.Second}
 	}
 
-	for _, tc := range []struct {
-		name  string
-		rules []string
-		want  string // in New's error
-	}{
+	for _, tc := range append([]aclCase{ // want: in New's error
 		{"no INFO", []string{"-info"}, "redlease needs INFO"},
 		{"no CLIENT KILL", []string{"-client|kill"}, "CLIENT KILL"},
 		{"no CLIENT ID", []string{"-client|id"}, "CLIENT ID"},
 		{"no SCRIPT LOAD", []string{"-script|load"}, "SCRIPT LOAD"},
 		{"no EVALSHA", []string{"-evalsha"}, "EVALSHA"},
 		{"not its keys", []string{"resetkeys", "~app:*"}, "redlease needs its keys"},
-	} {
+	}, more...) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := user(t, tc.rules...)
 			e, err := New(cfg)
@@ -62,11 +79,7 @@ func TestACLDeniedCommands(t *testing.T) {
 		})
 	}
 
-	for _, tc := range []struct {
-		name  string
-		rules []string
-		want  string // logged
-	}{
+	for _, tc := range []aclCase{ // want: logged
 		{"no pub/sub", []string{"-@pubsub"}, "refuses SUBSCRIBE"},
 		{"no transactions", []string{"-@transaction"}, "refuses MULTI or EXEC"},
 		{"no EXEC", []string{"-exec"}, "refuses MULTI or EXEC"}, // EXECABORT: not left in a transaction

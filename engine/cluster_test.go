@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -188,4 +190,27 @@ func TestClusterFailoverIsAShardRestart(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+// New judges a cluster's masters as it judges standalone nodes: one named
+// again as a node of its own would vote twice, and one that may evict
+// lock keys is refused.
+func TestClusterMastersJudgedAtNew(t *testing.T) {
+	c := redisproc.StartRedisClusterT(t, 3, 0)
+	spec := clusterNode(c)
+	if e, err := New(Config{Nodes: []string{spec, c.Addrs()[1], "127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "same server") {
+		if e != nil {
+			e.Close()
+		}
+		t.Fatalf("a cluster and one of its masters: New = %v; want the same server refused", err)
+	}
+	if _, err := c.Servers[2].Do(t.Context(), "CONFIG", "SET", "maxmemory", "1gb", "maxmemory-policy", "allkeys-lru"); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := New(Config{Nodes: []string{spec}}); !errors.Is(err, ErrEvicting) {
+		if e != nil {
+			e.Close()
+		}
+		t.Fatalf("a cluster with an evicting master: New = %v; want ErrEvicting", err)
+	}
 }

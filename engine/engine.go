@@ -104,8 +104,11 @@ func New(cfg Config) (*Engine, error) {
 // opened, when fewer than a quorum answer, when a node is a read-only
 // replica, when a node may evict lock keys (unless UnsafeEviction), or when
 // two addresses reach the same server (two votes from one server would
-// break the quorum). Nodes that did not answer get no Info (a cluster no
-// view); their node actors probe them until they do.
+// break the quorum). A Redis Cluster's masters are probed and judged so
+// too (a master named again as a node of its own votes twice); the
+// cluster counts as answering when one of them answered and none refused
+// a command the engine needs. Nodes that did not answer get no Info (a
+// cluster no view); their node actors probe them until they do.
 func connect(cfg *Config) ([]reach, error) {
 	reached := probeAll(context.Background(), cfg)
 	closeAll := func() {
@@ -115,40 +118,83 @@ func connect(cfg *Config) ([]reach, error) {
 	}
 	n := len(cfg.Nodes)
 	seen := make(map[string]int, n)
+	// judge refuses a master (a node's, or a cluster's) that must not
+	// vote.
+	judge := func(i int, info *node.Info) error {
+		if info.Replica {
+			return fmt.Errorf("redlease: config: Nodes[%d] %q is a read-only replica: Redlock needs independent masters", i, cfg.Nodes[i])
+		}
+		if info.Evicts != "" && !cfg.UnsafeEviction {
+			return fmt.Errorf("redlease: config: Nodes[%d] %q has maxmemory set with maxmemory-policy %s: it would evict lock keys when its memory fills and grant held resources again; set maxmemory-policy to noeviction (or Config.UnsafeEviction): %w",
+				i, cfg.Nodes[i], info.Evicts, ErrEvicting)
+		}
+		if j, dup := seen[info.RunID]; dup && j != i {
+			return fmt.Errorf("redlease: config: Nodes[%d] %q and Nodes[%d] %q are the same server (run_id %s): one server must not vote twice",
+				j, cfg.Nodes[j], i, cfg.Nodes[i], info.RunID)
+		}
+		seen[info.RunID] = i
+		return nil
+	}
 	up := 0
 	var errs []error
 	for i, r := range reached {
+		if r.err == nil && r.view != nil {
+			var masters []node.Info
+			masters, r.err = probeMasters(cfg, cfg.Nodes[i], r.view)
+			for _, info := range masters {
+				if err := judge(i, &info); err != nil {
+					closeAll()
+					return nil, err
+				}
+			}
+		}
 		if r.err != nil {
 			cfg.Logger.Warn("redlease: node unreachable, will redial", "node", cfg.Nodes[i], "err", r.err)
 			errs = append(errs, r.err)
 			continue
 		}
 		up++
-		info := r.info
-		if info == nil {
-			continue // a cluster: its shard actors judge each master
+		if r.info == nil {
+			continue // a cluster: judged by its masters above
 		}
-		if info.Replica {
+		if err := judge(i, r.info); err != nil {
 			closeAll()
-			return nil, fmt.Errorf("redlease: config: Nodes[%d] %q is a read-only replica: Redlock needs independent masters", i, cfg.Nodes[i])
+			return nil, err
 		}
-		if info.Evicts != "" && !cfg.UnsafeEviction {
-			closeAll()
-			return nil, fmt.Errorf("redlease: config: Nodes[%d] %q has maxmemory set with maxmemory-policy %s: it would evict lock keys when its memory fills and grant held resources again; set maxmemory-policy to noeviction (or Config.UnsafeEviction): %w",
-				i, cfg.Nodes[i], info.Evicts, ErrEvicting)
-		}
-		if j, dup := seen[info.RunID]; dup {
-			closeAll()
-			return nil, fmt.Errorf("redlease: config: Nodes[%d] %q and Nodes[%d] %q are the same server (run_id %s): one server must not vote twice",
-				j, cfg.Nodes[j], i, cfg.Nodes[i], info.RunID)
-		}
-		seen[info.RunID] = i
 	}
 	if q := lease.Quorum(n); up < q {
 		closeAll()
 		return nil, fmt.Errorf("redlease: %d of %d nodes reachable, %d needed: %w", up, n, q, errors.Join(errs...))
 	}
 	return reached, nil
+}
+
+// probeMasters probes the masters of a Redis Cluster (view, of the node
+// addr) as connect probes standalone nodes, and returns what each one
+// that answered said. It fails, as a standalone node that does not
+// answer, when none answered, or when one refused a command the engine
+// needs (the user's ACL, which no redial mends); a master that is down is
+// its shard actor's to meet.
+func probeMasters(cfg *Config, addr string, view node.ClusterView) ([]node.Info, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout)
+	defer cancel()
+	var infos []node.Info
+	var errs []error
+	for _, p := range node.ProbeCluster(ctx, cfg.clientOption(addr), cfg.epochKey(), view) {
+		p.Conn.Close()
+		switch {
+		case p.Err == nil:
+			infos = append(infos, p.Info)
+		case node.Denied(p.Err):
+			return nil, errtext.Errorf("node %s: master %s: %w", addr, p.Addr, p.Err)
+		default:
+			errs = append(errs, errtext.Errorf("node %s: master %s: %w", addr, p.Addr, p.Err))
+		}
+	}
+	if len(infos) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	return infos, nil
 }
 
 // reach is what probeAll learnt of one node: a master's (or a master

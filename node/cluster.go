@@ -142,6 +142,9 @@ func AskCluster(ctx context.Context, opt rueidis.ClientOption) (ClusterView, err
 
 func askShards(ctx context.Context, client rueidis.Client) (ClusterView, error) {
 	shards, err := client.Do(ctx, client.B().ClusterShards().Build()).ToArray()
+	if noPerm(err) {
+		return nil, fmt.Errorf("cluster: CLUSTER SHARDS: %w: %s", err, needCluster)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cluster: CLUSTER SHARDS: %w", err)
 	}

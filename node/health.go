@@ -113,6 +113,13 @@ func noPerm(err error) bool {
 	return re != nil && strings.HasPrefix(re.Error(), "NOPERM")
 }
 
+// Denied reports whether err is, or wraps, a server's refusal by its ACL
+// (NOPERM): the user's configuration, which no redial mends.
+func Denied(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && noPerm(re)
+}
+
 // A probe's commands, by their place in it.
 const (
 	pClientID = iota
@@ -144,6 +151,7 @@ const (
 	needInfo    = "redlease needs INFO: it tells a node that may have lost lock keys (restarted, flushed, reloaded, failed over, evicting) by its run id, replication id, counts of flushes and evictions"
 	needKeys    = "redlease needs its keys (the KeyPrefix): the epoch marker, lock keys and their queues"
 	needScripts = "redlease needs SCRIPT LOAD and EVALSHA, and its keys (the KeyPrefix) in them: every lock command runs in its scripts"
+	needCluster = "redlease needs CLUSTER SHARDS on a Redis Cluster: it tells which master serves each slot, and which masters changed"
 )
 
 // Probe connects c if needed and learns, in one round trip, its node's run
