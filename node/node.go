@@ -364,6 +364,7 @@ type wire struct {
 	ctx    *deadline    // the context of its batches; nil after one fired
 	rest   []entry      // plainFirst's scratch space
 	calls  []call       // the batch's script calls
+	blocks []call       // its plain blocks (plain.go): one per slot on a cluster
 	// markers: the marker keys of a cluster shard's slots, by slot
 	// (markerKey), at most one per slot the shard ever served.
 	markers map[uint16]string
@@ -741,12 +742,13 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 		}
 	}()
 	plain := 0
-	if !a.noPlain.Load() && a.cfg.Slots == nil {
+	if !a.noPlain.Load() {
 		plain, w.rest = plainFirst(j.batch, w.rest)
 	}
 	batch := j.batch[plain:] // the script's
-	w.calls = a.calls(batch, w.calls[:0])
-	cmds := make(rueidis.Commands, 0, len(w.calls)+2)
+	w.blocks = a.calls(j.batch[:plain], 0, w.blocks[:0])
+	w.calls = a.calls(batch, maxScriptOps, w.calls[:0])
+	cmds := make(rueidis.Commands, 0, len(w.calls)+len(w.blocks)*(plain+5))
 	if j.mark != nil {
 		if a.cfg.Slots != nil {
 			done.marked, done.markFailed = a.markSlots(client, *j.mark)
@@ -756,8 +758,9 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 		}
 	}
 	skip := len(cmds)
-	if plain > 0 {
-		cmds = appendPlain(cmds, client, j.batch[:plain], a.cfg.EpochKey, j.epoch, &w.ttl)
+	for i, c := range w.blocks {
+		cmds = appendPlain(cmds, client, j.batch[c.from:c.to], a.markerKey(w, c), j.epoch, &w.ttl)
+		w.blocks[i].end = len(cmds)
 	}
 	plainEnd := len(cmds)
 	for _, c := range w.calls {
@@ -781,8 +784,10 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 		n, err := results[0].AsInt64()
 		done.marked, done.markFailed = n == 1, err == nil && n == 0
 	}
-	if plain > 0 {
-		a.answerPlain(j.batch[:plain], results[skip:plainEnd], j.epoch, time.Now(), done, &w.out)
+	from := skip
+	for _, c := range w.blocks {
+		a.answerPlain(j.batch[c.from:c.to], results[from:c.end], j.epoch, time.Now(), done, &w.out)
+		from = c.end
 	}
 	results = results[plainEnd:]
 
@@ -829,23 +834,24 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 }
 
 // call is the commands of a batch, batch[from:to], that one script call
-// carries.
+// or plain block carries.
 type call struct {
 	from, to int
 	slot     uint16 // on a cluster's shard, theirs
+	end      int    // a plain block's: where its commands end in the batch's
 }
 
-// calls splits batch into the script's calls, appended to out: up to
-// maxScriptOps commands each and, on a cluster's shard, of one slot each,
-// the commands sorted by slot (stable: commands on one key keep their
-// order).
-func (a *nodeActor) calls(batch []entry, out []call) []call {
+// calls splits batch into script calls or plain blocks, appended to out:
+// up to limit commands each (0: any number) and, on a cluster's shard, of
+// one slot each, the commands sorted by slot (stable: commands on one key
+// keep their order).
+func (a *nodeActor) calls(batch []entry, limit int, out []call) []call {
 	if a.cfg.Slots != nil {
 		slices.SortStableFunc(batch, func(x, y entry) int { return int(x.slot) - int(y.slot) })
 	}
 	for from := 0; from < len(batch); {
 		to := from + 1
-		for to < len(batch) && to-from < maxScriptOps && batch[to].slot == batch[from].slot {
+		for to < len(batch) && (limit == 0 || to-from < limit) && batch[to].slot == batch[from].slot {
 			to++
 		}
 		out = append(out, call{from: from, to: to, slot: batch[from].slot})

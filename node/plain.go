@@ -41,7 +41,12 @@ import (
 //
 // An acquire goes plain only when no command before it in its batch has
 // its key (entry.keyBit): commands on one key still take effect in the order
-// they came. The plain block goes first, then the script call. A node
+// they came. The plain block goes first, then the script call. On a Redis
+// Cluster's shard there is a block per slot (a transaction, as a script
+// call, may only touch one slot's keys), each reading its slot's marker,
+// as the slot's script call would: the argument above holds slot by slot.
+// A block refused for a slot that moved (MOVED, ASK, TRYAGAIN, at queueing
+// or at EXEC) counts as no vote, as a refused script call does. A node
 // that refuses MULTI (an ACL without @transaction) runs the block's SETs
 // outside a transaction: none counts, each goes again through the script,
 // and so does every acquire after (TestPlainFallsBackWithoutTransactions).
@@ -146,6 +151,9 @@ func (a *nodeActor) answerPlain(batch []entry, results []rueidis.RedisResult, ep
 				err = re
 				break
 			}
+		}
+		if re, _ := rueidis.IsRedisErr(err); re != nil && a.cfg.Moved != nil && movedSlot(re) {
+			a.cfg.Moved() // a cluster's slot that moved: see the script's calls
 		}
 		if noPerm(err) {
 			a.noPlain.Store(true) // an ACL without MULTI: the script it is
