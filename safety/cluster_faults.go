@@ -41,6 +41,11 @@ const (
 	// outlasts the node timeout, the replica, which lacks it too, takes
 	// over first).
 	FaultShardSnapshot = "shard snapshot restart"
+	// FaultShardFlush: the shard's master is emptied in place (FLUSHALL
+	// or FLUSHDB) under a lease (loseLease's): the process and its
+	// connections stay, so only the marker each call reads (its slot's)
+	// tells the engines, before their next probe, that the keys are gone.
+	FaultShardFlush = "shard flush"
 )
 
 // clusterMasters is how many masters a ClusterNode has.
@@ -53,7 +58,7 @@ const clusterFaultLimit = 20 * time.Second
 // them).
 func onClusters(kind string) bool {
 	switch kind {
-	case FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot:
+	case FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot, FaultShardFlush:
 		return true
 	}
 	return false
@@ -148,6 +153,18 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 			r.restarted[k] = time.Now()
 			return err
 		})
+	case FaultShardFlush:
+		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+			if err := write(); err != nil {
+				return err
+			}
+			master, err := c.MasterOf(ctx, slot)
+			if err != nil {
+				return err
+			}
+			_, err = master.Do(ctx, []string{"FLUSHALL", "FLUSHDB"}[rng.IntN(2)])
+			return err
+		})
 	}
 	return fmt.Errorf("no cluster fault %q", kind)
 }
@@ -159,7 +176,8 @@ const clusterTTLs = 10
 
 // loseLease has lose lose a lease's key on a cluster's shard: lose calls
 // write while the shard's master takes writes that no server will keep
-// (its replica cut off), and write takes the lease, on a resource of its
+// (its replica cut off), or before it flushes them, and write takes the
+// lease, on a resource of its
 // own in slot, with an engine of the fault's own whose leases last
 // clusterTTLs of the workers' (the workers' are shorter than a shard's
 // failover: their keys would be gone anyway). Then the fault's other

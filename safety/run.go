@@ -115,7 +115,7 @@ func Kinds() []string {
 		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover,
 		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep,
 		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal, FaultSentinelFailover, FaultACL,
-		FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot}
+		FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot, FaultShardFlush}
 }
 
 // Node kinds, as Config.Topology names them.
@@ -1117,7 +1117,7 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.sentinelFailover(ctx, k, hold)
 	case FaultACL:
 		return r.acl(ctx, rng, k, hold)
-	case FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot:
+	case FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot, FaultShardFlush:
 		return r.clusterFault(ctx, rng, kind, k, hold) // cluster_faults.go
 	}
 	return nil
