@@ -748,7 +748,9 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	batch := j.batch[plain:] // the script's
 	w.blocks = a.calls(j.batch[:plain], 0, w.blocks[:0])
 	w.calls = a.calls(batch, maxScriptOps, w.calls[:0])
-	cmds := make(rueidis.Commands, 0, len(w.calls)+len(w.blocks)*(plain+5))
+	// A mark, the script calls, and each block's acquires with its five
+	// more (MULTI, at most three reads, EXEC).
+	cmds := make(rueidis.Commands, 0, 1+len(w.calls)+plain+5*len(w.blocks))
 	if j.mark != nil {
 		if a.cfg.Slots != nil {
 			done.marked, done.markFailed = a.markSlots(client, *j.mark)
