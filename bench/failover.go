@@ -62,9 +62,11 @@ func shardFailover(ctx context.Context, out io.Writer, masters, workers, resourc
 		}
 		failed[i] = m == victim
 	}
+	// Room for the warm-up, the baseline twice, and up to three minutes
+	// for the failover and the quarantine.
 	const bucket = 100 * time.Millisecond
-	const most = 1200 // buckets: two minutes
-	var counts [2][most]atomic.Int64
+	most := int((time.Second + 2*baseline + 3*time.Minute) / bucket)
+	counts := [2][]atomic.Int64{make([]atomic.Int64, most), make([]atomic.Int64, most)}
 	start := time.Now()
 
 	runCtx, stop := context.WithCancel(ctx)
@@ -105,7 +107,7 @@ func shardFailover(ctx context.Context, out io.Writer, masters, workers, resourc
 	// The quarantine: until the engine serves the failed shard's first
 	// resource again, bounded by the buckets.
 	var back time.Duration
-	for back == 0 && time.Since(start) < time.Duration(most-30)*bucket {
+	for back == 0 && time.Since(start) < time.Duration(most)*bucket-baseline {
 		if l, err := e.TryAcquire(ctx, names[0]); err == nil {
 			back = time.Since(start)
 			_ = l.Release(ctx)
@@ -116,7 +118,7 @@ func shardFailover(ctx context.Context, out io.Writer, masters, workers, resourc
 		}
 	}
 	if back == 0 {
-		return fmt.Errorf("failover: the failed shard did not serve again within %v", time.Duration(most)*bucket)
+		return fmt.Errorf("failover: the failed shard did not serve again within %v", time.Duration(most)*bucket-baseline-failEnd)
 	}
 	if !sleepCtx(ctx, baseline) {
 		return ctx.Err()
@@ -127,7 +129,7 @@ func shardFailover(ctx context.Context, out io.Writer, masters, workers, resourc
 
 	rate := func(side int, from, to time.Duration) float64 {
 		var n int64
-		for b := int(from / bucket); b < int(to/bucket); b++ {
+		for b := int(from / bucket); b < min(int(to/bucket), most); b++ {
 			n += counts[side][b].Load()
 		}
 		return float64(n) / (to - from).Seconds()
