@@ -100,7 +100,7 @@ func TestBoundedRunOnClusters(t *testing.T) {
 		duration time.Duration
 		min      int // injections of each kind
 	}{
-		{[]string{ClusterNode, Standalone, Standalone}, 90 * time.Second, 3},
+		{[]string{ClusterNode, Standalone, Standalone}, 70 * time.Second, 2},
 		{[]string{ClusterNode}, 75 * time.Second, 2},
 	} {
 		rep, err := Run(t.Context(), Config{Topology: tc.topology, Duration: tc.duration, Faults: true, Resources: 8,
