@@ -22,8 +22,8 @@ func Field(info, name string) (string, bool) {
 
 // Replica is a replica as its master's INFO replication lists it.
 type Replica struct {
-	Addr   string // host:port, as the replica announced it
-	State  string // "online", or a sync under way ("wait_bgsave", "send_bulk")
+	Addr  string // host:port, as the replica announced it
+	State string // "online", or a sync under way ("wait_bgsave", "send_bulk")
 	// Lag is how many bytes of its master's replication stream
 	// (master_repl_offset) it has not acknowledged.
 	Lag int64
