@@ -1013,6 +1013,9 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 	// next is the j-th node of kind's after k (for faults that hit several).
 	on := r.nodesFor(kind)
 	next := func(j int) int { return on[(slices.Index(on, k)+j)%len(on)] }
+	if onClusters(kind) { // one list of the cluster kinds: onClusters
+		return r.clusterFault(ctx, rng, kind, k, hold) // cluster_faults.go
+	}
 	switch kind {
 	case FaultKillRestart:
 		r.nodesDown.Add(1)
@@ -1117,8 +1120,6 @@ func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) err
 		return r.sentinelFailover(ctx, k, hold)
 	case FaultACL:
 		return r.acl(ctx, rng, k, hold)
-	case FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot, FaultShardFlush:
-		return r.clusterFault(ctx, rng, kind, k, hold) // cluster_faults.go
 	}
 	return nil
 }

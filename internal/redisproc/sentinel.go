@@ -450,9 +450,9 @@ func (s *SentinelSet) FailoverLosingWrites(ctx context.Context, write func(maste
 // replicas have its writes (within 10s: one that resyncs after an
 // earlier fault may lag by a megabyte under load), it denies them PSYNC
 // and SYNC and cuts them off, runs write, then failover, which calls
-// restore once the promotion counts. restore, tried again for up to 5s (a demotion drops
-// every client of the old master), gives PSYNC and SYNC back and, with
-// rewrite, rewrites master's config file.
+// restore once the promotion counts. restore, tried again for up to 5s
+// (a demotion drops every client of the old master), gives PSYNC and
+// SYNC back and, with rewrite, rewrites master's config file.
 func failoverLosingWrites(ctx context.Context, master *Node, servers []*Node, rewrite bool,
 	write func(master *Node) error, failover func(restore func()) (*Node, error)) (*Node, error) {
 	if err := master.replicasCaughtUp(ctx, servers, 10*time.Second); err != nil {
