@@ -160,9 +160,12 @@ func (ls *lines) join(key, value string, ttl time.Duration, try bool) *turn {
 }
 
 // released: a node announced a release on channel (hook of a watcher).
+// The resource actor handles it here when idle (Ask), and wakes the
+// head's lease actor here too: the hand-off's path waits for no
+// dispatcher worker. Neither blocks: a few field updates, a round sent.
 func (ls *lines) released(i int, channel, msg string) {
 	if r, life := ls.find(channelKey(channel)); r != nil {
-		r.inbox.Post(&announced{life, i, node.ParseAnnouncement(msg)})
+		r.inbox.Ask(&announced{life, i, node.ParseAnnouncement(msg)})
 	}
 }
 
