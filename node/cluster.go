@@ -46,7 +46,10 @@ import (
 // lineage of the shard it came from, so the first batch on the new shard
 // answers -1 and that shard sits out a quarantine, after which it marks
 // every slot it serves. A lease whose keys moved keeps them: they are
-// where its releases and extensions now go.
+// where its releases and extensions now go. A release that met the move
+// (its vote a non-vote) goes again, silently, as a release that got no
+// answer does: to the slot's new master, once the view names one, while
+// its key may live (reroute).
 //
 // Failover. A replica promoted in a shard (CLUSTER FAILOVER, FORCE,
 // TAKEOVER, or by the cluster when its master died) is a new master
@@ -79,6 +82,9 @@ type Cluster struct {
 	// slots they served: until one says it serves none of them, it may
 	// still take writes for them (split).
 	formers map[string][]uint16
+	// moved: releases refused for slots that moved, until the view
+	// routes them elsewhere (reroute).
+	moved []*rerouted
 }
 
 // shard is a shard actor and the slots its master serves.
@@ -233,7 +239,7 @@ func (c *Cluster) apply(v ClusterView) {
 			s.slots.p.Store(&slots) // before its first probe, which reads the first slot's marker
 			cfg := c.cfg
 			cfg.Addr, cfg.Slots, cfg.Overlap = addr, s.slots, false
-			cfg.First, cfg.Moved = nil, c.refresh
+			cfg.First, cfg.Moved, cfg.reroute = nil, c.refresh, c.reroute
 			if m, ok := cfg.Meter.(ShardMeter); ok {
 				cfg.Meter = m.ForShard(addr)
 			}
@@ -262,14 +268,66 @@ func (c *Cluster) apply(v ClusterView) {
 		delete(c.formers, addr) // a master again
 	}
 	c.routes.Store(&r)
+	var resend []*rerouted
+	resend, c.moved = movedOn(c.moved, &r, time.Now())
 	followers := c.followers
 	c.mu.Unlock()
+	for _, m := range resend {
+		c.system.Root.Send(r[hashslot.Of(m.e.req.Key)].node.PID, m)
+	}
 	for _, f := range followers {
 		f()
 	}
 	for _, n := range gone {
 		n.Stop()
 	}
+}
+
+// rerouted is a release that a shard's master refused for a slot it no
+// longer serves (MOVED, ASK, TRYAGAIN): its key may live on where the
+// slot went.
+type rerouted struct {
+	e    entry
+	from string // the master that refused it
+}
+
+func (m *rerouted) request() *Request { return m.e.req }
+
+// newRerouted is e, refused by the master at from, to send again: silently,
+// without its successor (who may be done waiting by then), as settle
+// keeps a release that went unsent.
+func newRerouted(e entry, from string) *rerouted {
+	req := *e.req
+	req.ReplyTo, req.Inbox, req.Round = nil, nil, 0
+	e.req, e.silent, e.successor = &req, true, ""
+	return &rerouted{e: e, from: from}
+}
+
+// reroute keeps m until the view routes its slot to another master
+// (apply), and asks for the view.
+func (c *Cluster) reroute(m *rerouted) {
+	c.mu.Lock()
+	c.moved = append(c.moved, m)
+	c.mu.Unlock()
+	c.refresh()
+}
+
+// movedOn splits moved into the releases that r now routes to another
+// master than the one that refused them (resend) and those that still
+// wait (kept); a release whose key has expired by now is dropped.
+func movedOn(moved []*rerouted, r *routes, now time.Time) (resend, kept []*rerouted) {
+	kept = moved[:0]
+	for _, m := range moved {
+		switch s := r[hashslot.Of(m.e.req.Key)]; {
+		case now.Sub(m.e.queued) >= m.e.ttl:
+		case s != nil && s.addr != m.from:
+			resend = append(resend, m)
+		default:
+			kept = append(kept, m)
+		}
+	}
+	clear(moved[len(kept):])
+	return resend, kept
 }
 
 // follow has f called after each change of the cluster's view has been

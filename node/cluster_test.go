@@ -11,6 +11,7 @@ import (
 	"github.com/redlease/redlease/actors"
 	"github.com/redlease/redlease/internal/hashslot"
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // clusterHarness runs a cluster node over a real Redis Cluster and
@@ -224,6 +225,34 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 	if s := h.node.Cluster().Shards()[to.Addr()].Stats(); !s.QuarantineUntil.After(moved.Add(q)) {
 		t.Fatalf("the shard the slot moved to was not quarantined after the move: %+v", s)
 	}
+}
+
+// A release refused because its slot moved (the shard actors' view is
+// stale: no view is asked for but on a refusal) goes again, silently,
+// to the slot's new master, where the key moved with its TTL: it does
+// not live out its minute there.
+func TestClusterReleaseFollowsAMovedSlot(t *testing.T) {
+	h := newClusterHarness(t, 2, Config{Quarantine: -1, HealthInterval: time.Hour})
+	key := LockKey("t:", "moved")
+	round := uint64(0)
+	testwait.Eventually(t, 5*time.Second, "the acquire granted", func() bool {
+		round++
+		return h.askAll([]Command{&Acquire{Request: h.req(key, "me", round), TTL: time.Minute}})[round].Outcome == Granted
+	})
+	to := h.moveSlot(hashslot.Of(key))
+	ctx := t.Context()
+	if ttl, err := to.PTTL(ctx, key); err != nil || ttl <= 0 {
+		t.Fatalf("the key on the slot's new master: PTTL %v, %v", ttl, err)
+	}
+	round++
+	v := h.askAll([]Command{&Release{Request: h.req(key, "me", round), TTL: time.Minute}})[round]
+	if v.Outcome != Failed {
+		t.Fatalf("release on the old master: %v %v, want Failed (MOVED)", v.Outcome, v.Err)
+	}
+	testwait.Eventually(t, 5*time.Second, "the key released on the slot's new master", func() bool {
+		ttl, err := to.PTTL(ctx, key)
+		return err == nil && ttl == -2*time.Millisecond
+	})
 }
 
 // A ClusterWatcher hears a release channel on the master of its slot,

@@ -57,6 +57,9 @@ type Config struct {
 	// Moved, for a shard actor: the master refused a command for a slot
 	// it does not serve (now).
 	Moved func()
+	// reroute, for a shard actor: a release its master refused so, to
+	// send again where the slot went (Cluster.reroute).
+	reroute func(*rerouted)
 
 	Meter Meter // told of each batch's round trip; nil for none
 }
@@ -464,6 +467,8 @@ func (a *nodeActor) command(msg any) {
 	case *Leave:
 		a.enqueue(entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: !m.KeepGrant, leave: true, keep: m.KeepGrant,
 			successorTTL: m.TTL})
+	case *rerouted:
+		a.enqueue(m.e)
 	}
 }
 
@@ -823,12 +828,16 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 			a.unanswered(call, now, err, done, &w.out)
 			continue
 		}
-		if a.cfg.Moved != nil && movedSlot(re) {
+		moved := a.cfg.Moved != nil && movedSlot(re)
+		if moved {
 			a.cfg.Moved()
 		}
 		for i := range call { // the call failed as a whole: no command has its own answer
 			if !call[i].silent {
 				a.reply(&call[i], Failed, now, err, &w.out)
+			}
+			if moved && call[i].op == opRelease && a.cfg.reroute != nil {
+				a.cfg.reroute(newRerouted(call[i], a.cfg.Addr))
 			}
 		}
 	}
