@@ -567,8 +567,12 @@ type NodeStats struct {
 	Addr       string
 	Commands   uint64 // commands sent
 	RoundTrips uint64 // pipelined batches they went out in
-	Down       bool   // failing fast after unanswered batches, until a probe succeeds
-	Evicting   bool   // refusing acquires while it may evict lock keys (ErrEvicting)
+	// Pending: commands given to the node and not yet answered, queued
+	// or on the wire. An acquire or a release returns once a quorum
+	// answered: the other nodes' commands may still be pending.
+	Pending  int64
+	Down     bool // failing fast after unanswered batches, until a probe succeeds
+	Evicting bool // refusing acquires while it may evict lock keys (ErrEvicting)
 	// QuarantinedUntil: the node lost its data and refuses acquires until
 	// then (zero or past: not quarantined).
 	QuarantinedUntil time.Time
@@ -587,7 +591,7 @@ func (e *Engine) Stats() Stats {
 	for i, n := range e.nodes {
 		ns := n.Stats()
 		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands, RoundTrips: ns.Batches,
-			Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil, Healed: ns.Healed})
+			Pending: ns.Queued + ns.OnWire, Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil, Healed: ns.Healed})
 	}
 	return s
 }

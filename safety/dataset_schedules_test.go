@@ -443,6 +443,7 @@ func TestScheduleResumeAfterReload(t *testing.T) {
 		if err != nil {
 			t.Fatalf("setup: L: %v", err)
 		}
+		h.allOwn(l.Value())
 		for i := range 2 {
 			if err := c.Nodes[i].Save(ctx); err != nil {
 				t.Fatal(err)
@@ -457,6 +458,7 @@ func TestScheduleResumeAfterReload(t *testing.T) {
 			t.Fatalf("setup: M: %v", err)
 		}
 		h.held("M", m)
+		h.allOwn(m.Value())
 		for i := range 2 {
 			if _, err := c.Nodes[i].Do(ctx, "DEBUG", "RELOAD", "NOSAVE"); err != nil {
 				t.Fatal(err)

@@ -162,6 +162,37 @@ func (h *holders) mustOwn(i int, want string) {
 	}
 }
 
+// allOwn waits until every node holds want (a lease's value): an acquire
+// or a release returns once a quorum answered, and on a loaded machine
+// the last node's command may still be on its way, to land after the
+// schedule's next step.
+func (h *holders) allOwn(want string) {
+	h.t.Helper()
+	testwait.Eventually(h.t, 5*time.Second, "every node holding the lease's key", func() bool {
+		for _, n := range h.c.Nodes {
+			if v, ok, err := n.Get(h.t.Context(), lockKey(h.resource)); err != nil || !ok || v != want {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// quiet waits until e has no command pending on any node: its
+// acquire returned at a quorum, and the last node's command, still on
+// its way on a loaded machine, would land after the schedule's next step.
+func (h *holders) quiet(e *engine.Engine) {
+	h.t.Helper()
+	testwait.Eventually(h.t, 5*time.Second, "the engine's commands answered", func() bool {
+		for _, n := range e.Stats().Nodes {
+			if n.Pending != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // takeOnTwo has e take the resource on nodes 1 and 2 only: node 3 holds a
 // foreign key during the acquire, deleted after it. It records the
 // holding as name's.
@@ -178,6 +209,7 @@ func (h *holders) takeOnTwo(name string, e *engine.Engine) *engine.Lease {
 	h.held(name, l)
 	h.mustOwn(0, l.Value())
 	h.mustOwn(1, l.Value())
+	h.quiet(e) // node 3 refused it: not after the key is gone
 	if _, err := h.c.Nodes[2].Do(ctx, "DEL", lockKey(h.resource)); err != nil {
 		h.t.Fatal(err)
 	}
