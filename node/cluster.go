@@ -304,12 +304,11 @@ func newRerouted(e entry, from string) *rerouted {
 }
 
 // reroute keeps m until the view routes its slot to another master
-// (apply), and asks for the view.
+// (apply); the shard actor asked for the view already (Moved).
 func (c *Cluster) reroute(m *rerouted) {
 	c.mu.Lock()
 	c.moved = append(c.moved, m)
 	c.mu.Unlock()
-	c.refresh()
 }
 
 // movedOn splits moved into the releases that r now routes to another

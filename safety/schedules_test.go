@@ -162,22 +162,6 @@ func (h *holders) mustOwn(i int, want string) {
 	}
 }
 
-// allOwn waits until every node holds want (a lease's value): an acquire
-// or a release returns once a quorum answered, and on a loaded machine
-// the last node's command may still be on its way, to land after the
-// schedule's next step.
-func (h *holders) allOwn(want string) {
-	h.t.Helper()
-	testwait.Eventually(h.t, 5*time.Second, "every node holding the lease's key", func() bool {
-		for _, n := range h.c.Nodes {
-			if v, ok, err := n.Get(h.t.Context(), lockKey(h.resource)); err != nil || !ok || v != want {
-				return false
-			}
-		}
-		return true
-	})
-}
-
 // quiet waits until e has no command pending on any node: its
 // acquire returned at a quorum, and the last node's command, still on
 // its way on a loaded machine, would land after the schedule's next step.
