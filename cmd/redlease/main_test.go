@@ -398,7 +398,7 @@ func TestTLS(t *testing.T) {
 		{nil, stateUnreachable, ""},
 	} {
 		var got nodesJSON
-		cliJSON(t, &got, append([]string{"nodes", "-nodes", addr, "-timeout", "500ms"}, tc.flags...)...)
+		cliJSON(t, &got, append([]string{"nodes", "-nodes", addr, "-timeout", "5s"}, tc.flags...)...)
 		if len(got.Nodes) != 1 || got.Nodes[0].State != tc.state || !strings.Contains(got.Nodes[0].Error, tc.want) {
 			t.Errorf("nodes %v: %+v; want state %s, error with %q", tc.flags, got.Nodes, tc.state, tc.want)
 		}

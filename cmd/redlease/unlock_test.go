@@ -132,7 +132,7 @@ func TestUnlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got unlockJSON
-	wantCode(t, "unlock -yes with a dead node", cliJSON(t, &got, "unlock", "-yes", "-nodes", nodes, "-timeout", "500ms", "-reason", "stuck", "invoice:42"), exitFail)
+	wantCode(t, "unlock -yes with a dead node", cliJSON(t, &got, "unlock", "-yes", "-nodes", nodes, "-timeout", "5s", "-reason", "stuck", "invoice:42"), exitFail)
 	if got.Resource != "invoice:42" || got.Reason != "stuck" || len(got.Nodes) != 3 {
 		t.Fatalf("unlock -json: %+v", got)
 	}
