@@ -15,31 +15,48 @@ import (
 	"github.com/redlease/redlease/node"
 )
 
-// shardFailover is the failover workload (-cluster N -workload failover):
+// failoverResult is what failShard measured. Rates are cycles/s, by
+// side: [0] the other shards' resources, [1] the failed shard's.
+type failoverResult struct {
+	masters, workers, resources, failed int
+	failover, quarantine                time.Duration // CLUSTER FAILOVER's own time; from its end to the shard's first grant
+	before, during, after               [2]float64
+}
+
+func (r failoverResult) print(out io.Writer) {
+	fmt.Fprintf(out, "failover: %d masters, a replica each; redlease, %d workers, %d resources (%d on the failed shard); CLUSTER FAILOVER took %v, the shard served again %v after it\n",
+		r.masters, r.workers, r.resources, r.failed, r.failover.Round(time.Millisecond), r.quarantine.Round(time.Millisecond))
+	fmt.Fprintf(out, "%-26s %12s %12s %12s\n", "cycles/s", "before", "quarantine", "after")
+	fmt.Fprintf(out, "%-26s %12.0f %12.0f %12.0f\n", "the other shards' resources", r.before[0], r.during[0], r.after[0])
+	fmt.Fprintf(out, "%-26s %12.0f %12.0f %12.0f\n", "the failed shard's", r.before[1], r.during[1], r.after[1])
+	fmt.Fprintf(out, "the other shards kept %.0f%% of their rate during the quarantine\n", 100*r.during[0]/r.before[0])
+}
+
+// failShard runs the failover workload (-cluster N -workload failover):
 // what a failover inside a Redis Cluster costs the resources of the
 // shards that did not fail. It starts a cluster of its own (N masters,
 // a replica each), has redlease's workers take and release its resources
 // uncontended, as the uncontended workload does, and after a baseline
 // fails the master of one shard over (CLUSTER FAILOVER, graceful: the
 // replica has every write, yet it is a new master, which each engine
-// meets untrusted). It reports the cycles/s of the failed shard's
+// meets untrusted). It measures the cycles/s of the failed shard's
 // resources and of the others' before the failover, while the failed
 // shard sits out its quarantine, and after: the other shards' rate in the
 // quarantine over their baseline is the number the cluster issue asks to
 // stay at 90% or more.
-func shardFailover(ctx context.Context, out io.Writer, masters, workers, resources int, baseline time.Duration) error {
+func failShard(ctx context.Context, masters, workers, resources int, baseline time.Duration) (failoverResult, error) {
 	rc, err := redisproc.StartBenchRedisCluster(masters, 1)
 	if err != nil {
-		return err
+		return failoverResult{}, err
 	}
 	defer rc.Close()
 	cfg := engine.Config{Nodes: []string{node.Target{Cluster: rc.Addrs()[:1]}.String()}, TTL: lockTTL}
 	if err := engine.MarkNew(ctx, cfg); err != nil {
-		return err
+		return failoverResult{}, err
 	}
 	e, err := engine.New(cfg)
 	if err != nil {
-		return err
+		return failoverResult{}, err
 	}
 	defer e.Close()
 
@@ -53,12 +70,12 @@ func shardFailover(ctx context.Context, out io.Writer, masters, workers, resourc
 	slotOf := func(i int) int { return hashslot.Of(node.LockKey(engine.DefaultKeyPrefix, names[i])) }
 	victim, err := rc.MasterOf(ctx, slotOf(0))
 	if err != nil {
-		return err
+		return failoverResult{}, err
 	}
 	for i := range names {
 		m, err := rc.MasterOf(ctx, slotOf(i))
 		if err != nil {
-			return err
+			return failoverResult{}, err
 		}
 		failed[i] = m == victim
 	}
@@ -97,11 +114,11 @@ func shardFailover(ctx context.Context, out io.Writer, masters, workers, resourc
 	defer stop()
 
 	if !sleepCtx(ctx, baseline+time.Second) { // a second of warm-up
-		return ctx.Err()
+		return failoverResult{}, ctx.Err()
 	}
 	failStart := time.Since(start)
 	if _, err := rc.Failover(ctx, victim, ""); err != nil {
-		return err
+		return failoverResult{}, err
 	}
 	failEnd := time.Since(start)
 	// The quarantine: until the engine serves the failed shard's first
@@ -114,14 +131,14 @@ func shardFailover(ctx context.Context, out io.Writer, masters, workers, resourc
 			break
 		}
 		if !sleepCtx(ctx, 50*time.Millisecond) {
-			return ctx.Err()
+			return failoverResult{}, ctx.Err()
 		}
 	}
 	if back == 0 {
-		return fmt.Errorf("failover: the failed shard did not serve again within %v", time.Duration(most)*bucket-baseline-failEnd)
+		return failoverResult{}, fmt.Errorf("failover: the failed shard did not serve again within %v", time.Duration(most)*bucket-baseline-failEnd)
 	}
 	if !sleepCtx(ctx, baseline) {
-		return ctx.Err()
+		return failoverResult{}, ctx.Err()
 	}
 	end := time.Since(start)
 	stop()
@@ -134,18 +151,15 @@ func shardFailover(ctx context.Context, out io.Writer, masters, workers, resourc
 		}
 		return float64(n) / (to - from).Seconds()
 	}
-	base := [2]float64{rate(0, time.Second, failStart), rate(1, time.Second, failStart)}
-	// The quarantine proper: from the failover's end to the shard's
-	// first grant, a bucket in from each end.
-	during := [2]float64{rate(0, failEnd+bucket, back-bucket), rate(1, failEnd+bucket, back-bucket)}
-	after := [2]float64{rate(0, back+bucket, end), rate(1, back+bucket, end)}
-	fmt.Fprintf(out, "failover: %d masters, a replica each; redlease, %d workers, %d resources (%d on the failed shard); CLUSTER FAILOVER took %v, the shard served again %v after it\n",
-		masters, workers, resources, countTrue(failed), (failEnd - failStart).Round(time.Millisecond), (back - failEnd).Round(time.Millisecond))
-	fmt.Fprintf(out, "%-26s %12s %12s %12s\n", "cycles/s", "before", "quarantine", "after")
-	fmt.Fprintf(out, "%-26s %12.0f %12.0f %12.0f\n", "the other shards' resources", base[0], during[0], after[0])
-	fmt.Fprintf(out, "%-26s %12.0f %12.0f %12.0f\n", "the failed shard's", base[1], during[1], after[1])
-	fmt.Fprintf(out, "the other shards kept %.0f%% of their rate during the quarantine\n", 100*during[0]/base[0])
-	return nil
+	return failoverResult{
+		masters: masters, workers: workers, resources: resources, failed: countTrue(failed),
+		failover: failEnd - failStart, quarantine: back - failEnd,
+		before: [2]float64{rate(0, time.Second, failStart), rate(1, time.Second, failStart)},
+		// The quarantine proper: from the failover's end to the shard's
+		// first grant, a bucket in from each end.
+		during: [2]float64{rate(0, failEnd+bucket, back-bucket), rate(1, failEnd+bucket, back-bucket)},
+		after:  [2]float64{rate(0, back+bucket, end), rate(1, back+bucket, end)},
+	}, nil
 }
 
 // sleepCtx sleeps for d, or until ctx ends: false then.

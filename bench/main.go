@@ -394,10 +394,12 @@ func mainCode() int {
 			w = workers[0]
 		}
 		fmt.Fprintf(os.Stderr, "bench: failover: a Redis Cluster of %d masters with a replica each, one shard failed over\n", clusterMasters)
-		if err := shardFailover(ctx, os.Stdout, clusterMasters, w, cmp.Or(*resources, 1000), max(*duration, 3*time.Second)); err != nil {
+		r, err := failShard(ctx, clusterMasters, w, cmp.Or(*resources, 1000), max(*duration, 3*time.Second))
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: failover: %v\n", err)
 			return 1
 		}
+		r.print(os.Stdout)
 		if len(plan) == 0 {
 			return 0
 		}
