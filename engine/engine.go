@@ -577,6 +577,11 @@ type NodeStats struct {
 	// then (zero or past: not quarantined).
 	QuarantinedUntil time.Time
 	Restarts         uint64 // times it was seen to have lost its data
+	// QuarantinedSlots: on a Redis Cluster, the slots that refuse acquires
+	// in a quarantine of their own (their epoch marker was another
+	// master's: most often, the slot moved) or wait to be marked after it;
+	// the cluster's other slots keep their votes.
+	QuarantinedSlots int64
 	// Healed counts the lock keys an extension set on it again: a lease
 	// that had lost its key there regained the node (see Lease.Extend).
 	Healed uint64
@@ -591,7 +596,8 @@ func (e *Engine) Stats() Stats {
 	for i, n := range e.nodes {
 		ns := n.Stats()
 		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands, RoundTrips: ns.Batches,
-			Pending: ns.Queued + ns.OnWire, Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil, Healed: ns.Healed})
+			Pending: ns.Queued + ns.OnWire, Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil,
+			QuarantinedSlots: ns.SlotsOut, Healed: ns.Healed})
 	}
 	return s
 }

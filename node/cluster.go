@@ -44,9 +44,9 @@ import (
 // another key), and the cluster's view is asked again. The keys move with
 // their TTL (MIGRATE), the slot's epoch marker among them: it names the
 // lineage of the shard it came from, so the first batch on the new shard
-// answers -1 and that shard sits out a quarantine, after which it marks
-// every slot it serves. A lease whose keys moved keeps them: they are
-// where its releases and extensions now go. A release that met the move
+// answers -1 and that slot sits out a quarantine of its own there, after
+// which the shard marks it (slotsOut). A lease whose keys moved keeps
+// them: they are where its releases and extensions now go. A release that met the move
 // (its vote a non-vote) goes again, silently, as a release that got no
 // answer does: to the slot's new master, once the view names one, while
 // its key may live (reroute).
@@ -537,6 +537,7 @@ func (c *Cluster) stats() Stats {
 		out.Healed += s.Healed
 		out.OnWire += s.OnWire
 		out.Queued += s.Queued
+		out.SlotsOut += s.SlotsOut
 		out.Down = out.Down && s.Down
 		out.Evicting = out.Evicting || s.Evicting
 		if s.QuarantineUntil.After(out.QuarantineUntil) {
@@ -546,14 +547,83 @@ func (c *Cluster) stats() Stats {
 	return out
 }
 
-// markSlots writes the epoch marker of info's dataset in every slot the
-// shard's master serves (markEach): marked when every one was written,
+// markSlots writes the epoch marker of info's dataset in each of slots
+// (markEach): marked when every one was written (or there were none),
 // failed when one was not (the dataset changed since the probe).
-func (a *nodeActor) markSlots(client rueidis.Client, info Info) (marked, failed bool) {
+func (a *nodeActor) markSlots(client rueidis.Client, info Info, slots []uint16) (marked, failed bool) {
+	if len(slots) == 0 {
+		return true, false
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*a.probeTimeout())
 	defer cancel()
-	marked, err := markEach(ctx, client, a.cfg.EpochKey, a.cfg.Slots.get(), info, !a.cfg.UnsafeEviction)
+	marked, err := markEach(ctx, client, a.cfg.EpochKey, slots, info, !a.cfg.UnsafeEviction)
 	return marked, err == nil && !marked
+}
+
+// A slot's own quarantine. A batch call that finds its slot's epoch
+// marker not the one required (-1) says that slot's keys may be lost; the
+// other slots' calls check their own markers, against the same lineage,
+// and the dataset as a whole (the replication id in every call, the
+// process at every reconnection and probe). So only that slot sits out a
+// quarantine (slotsOut), counted from then: its acquires are refused
+// until it ends, and its marker is written after it, before the next
+// acquire on it (slotsDue). The shard is probed at once: a dataset that
+// changed as a whole (a restart, a flush, a promotion) quarantines the
+// shard as before (checked). Most often the slot moved here, with its
+// keys and the marker of the master it came from: the rest of this
+// master's resources keep their votes meanwhile.
+
+// loseSlots has slots sit out a quarantine from at.
+func (a *nodeActor) loseSlots(at time.Time, slots []uint16) {
+	if a.health.slotsOut == nil {
+		a.health.slotsOut = make(map[uint16]time.Time)
+	}
+	until := at.Add(a.cfg.Quarantine)
+	for _, s := range slots {
+		if was, ok := a.health.slotsOut[s]; !ok || until.After(was) {
+			if !ok {
+				a.cfg.Logger.Warn("redlease: a slot's epoch marker is not this master's (the slot moved here, or its keys were deleted); refusing acquires on it until every lease it held expired",
+					"node", a.cfg.Addr, "slot", s, "until", until)
+			}
+			a.health.slotsOut[s] = until
+		}
+	}
+}
+
+// slotOut reports whether slot sits out its own quarantine at now.
+func (a *nodeActor) slotOut(slot uint16, now time.Time) bool {
+	until, ok := a.health.slotsOut[slot]
+	return ok && now.Before(until)
+}
+
+// slotsDue returns the slots whose own quarantine ended by now, to mark,
+// and forgets those the master no longer serves.
+func (a *nodeActor) slotsDue(now time.Time) []uint16 {
+	if len(a.health.slotsOut) == 0 {
+		return nil
+	}
+	served := a.cfg.Slots.get()
+	var due []uint16
+	for s, until := range a.health.slotsOut {
+		switch _, ok := slices.BinarySearch(served, s); {
+		case !ok:
+			delete(a.health.slotsOut, s)
+		case !now.Before(until):
+			due = append(due, s)
+		}
+	}
+	slices.Sort(due)
+	return due
+}
+
+// slotsToMark is what marking the whole shard marks: every slot its
+// master serves but those that sit out their own quarantine.
+func (a *nodeActor) slotsToMark(now time.Time) []uint16 {
+	served := a.cfg.Slots.get()
+	if len(a.health.slotsOut) == 0 {
+		return served
+	}
+	return slices.DeleteFunc(slices.Clone(served), func(s uint16) bool { return a.slotOut(s, now) })
 }
 
 // markEach writes the epoch marker of info's dataset in each slot of
@@ -644,14 +714,20 @@ func (c *Conn) MarkSlots(ctx context.Context, epochKey string, slots []uint16, i
 }
 
 // probeKey is the epoch marker a probe reads: on a cluster's shard, that
-// of the first slot its master serves.
-func (a *nodeActor) probeKey() string {
+// of the first slot its master serves that does not sit out a quarantine
+// of its own (slotsOut), whose marker is foreign.
+func (a *nodeActor) probeKey(now time.Time) string {
 	if a.cfg.Slots == nil {
 		return a.cfg.EpochKey
 	}
 	slots := a.cfg.Slots.get()
 	if len(slots) == 0 {
 		return a.cfg.EpochKey
+	}
+	for _, s := range slots {
+		if _, out := a.health.slotsOut[s]; !out {
+			return markerKey(a.cfg.EpochKey, s)
+		}
 	}
 	return markerKey(a.cfg.EpochKey, slots[0])
 }

@@ -132,7 +132,9 @@
 //   - a Redis Cluster's slot moving to another master (MIGRATE): its keys
 //     move with their TTLs, its epoch marker with them, naming the
 //     lineage of the master it left; so the master it moves to refuses
-//     its acquires (-1) and sits out a quarantine. Were the slot's keys
+//     its acquires (-1) and the slot sits out a quarantine there (the
+//     master's other slots check their own markers; see Cluster). Were
+//     the slot's keys
 //     lost on the master it left (restarted from a snapshot, say), before
 //     that master's quarantine ended, the keys it brings would lack them:
 //     without the per-slot marker its new master would grant them (the

@@ -309,6 +309,10 @@ type health struct {
 	epochPending    bool      // write the epoch marker once the quarantine is over
 	probeDue        bool
 	configDenied    bool // said so (denied)
+
+	// slotsOut, on a cluster's shard: slots that sit out a quarantine of
+	// their own, until then, and are marked after it (see Cluster).
+	slotsOut map[uint16]time.Time
 }
 
 func (h *health) quarantined(now time.Time) bool { return now.Before(h.quarantineUntil) }
@@ -342,6 +346,13 @@ type sent struct {
 	markFailed bool    // it was not: the dataset changed since the probe
 	failed     int     // entries that got no answer from Redis
 	lostData   bool    // an acquire found the epoch marker not the one required
+
+	// On a cluster's shard: the slots it marked (job.marking), whether
+	// that was the shard's mark (job.whole), and the slots where an
+	// acquire found the marker not the one required (lost).
+	marking   []uint16
+	whole     bool
+	lostSlots []uint16
 }
 
 func (a *nodeActor) quarantineOn() bool { return a.cfg.Quarantine >= 0 }
@@ -465,6 +476,16 @@ func (a *nodeActor) evictions(at time.Time, prev, info Info) {
 	}
 }
 
+// lost takes e's answer that its epoch marker is not the one required: on
+// a cluster's shard, of e's slot (loseSlots), else of the node's dataset.
+func (a *nodeActor) lost(e *entry, done *sent) {
+	if a.cfg.Slots != nil {
+		done.lostSlots = append(done.lostSlots, e.slot)
+		return
+	}
+	done.lostData = true
+}
+
 // lostData quarantines the node until Quarantine after since, the moment
 // it may have lost its data, and writes the marker after that.
 func (a *nodeActor) lostData(since time.Time, why string) {
@@ -493,7 +514,7 @@ func (a *nodeActor) probeTimeout() time.Duration { return max(a.cfg.Timeout, 100
 func (a *nodeActor) probe(j job) {
 	m := &probed{}
 	ctx, cancel := context.WithDeadline(context.Background(), j.deadline)
-	m.info, m.err = a.conn.Probe(ctx, a.probeKey(), j.prev)
+	m.info, m.err = a.conn.Probe(ctx, j.probeKey, j.prev)
 	cancel()
 	// After the answer: whatever it saw happened before at.
 	m.at = time.Now()
@@ -542,8 +563,13 @@ func (a *nodeActor) setEvicts(policy string) {
 
 func (a *nodeActor) batchDone(m *sent) {
 	if m.marked {
-		a.health.epochPending = false
-		a.health.checked.Epoch = a.health.lineage
+		for _, s := range m.marking {
+			delete(a.health.slotsOut, s)
+		}
+		if m.whole {
+			a.health.epochPending = false
+			a.health.checked.Epoch = a.health.lineage
+		}
 	}
 	if m.unchecked {
 		a.health.probeDue = true
@@ -554,6 +580,10 @@ func (a *nodeActor) batchDone(m *sent) {
 		// went): until the probe tells what happened, count from now.
 		a.lostData(time.Now(), "the epoch marker or replication id changed")
 		a.health.probeDue = true
+	}
+	if len(m.lostSlots) > 0 && a.quarantineOn() {
+		a.loseSlots(time.Now(), m.lostSlots)
+		a.health.probeDue = true // is it the slots alone, or the dataset?
 	}
 	switch {
 	case m.failed == 0:

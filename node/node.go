@@ -102,6 +102,10 @@ type Stats struct {
 	Down            bool      // failing fast: the last batches and probes failed
 	Evicting        bool      // refusing acquires: the node may evict lock keys (ErrEvicting)
 	QuarantineUntil time.Time // acquires refused before it; zero: never quarantined
+	// SlotsOut: a Redis Cluster's slots that sit out a quarantine of their
+	// own (their epoch marker was another master's: the slot moved), or
+	// wait to be marked after it.
+	SlotsOut int64
 }
 
 // counters are the actor's Stats as it keeps them, for any goroutine to
@@ -109,7 +113,7 @@ type Stats struct {
 type counters struct {
 	commands, batches, restarts atomic.Uint64
 	healed                      atomic.Uint64
-	onWire, queued              atomic.Int64
+	onWire, queued, slotsOut    atomic.Int64
 	down, evicting              atomic.Bool
 	quarantineUntil             atomic.Int64 // Unix nanoseconds; 0: never
 }
@@ -125,7 +129,7 @@ func (n *Node) Stats() Stats {
 	s := Stats{
 		Commands: c.commands.Load(), Batches: c.batches.Load(), Restarts: c.restarts.Load(), Healed: c.healed.Load(),
 		OnWire: c.onWire.Load(), Queued: c.queued.Load() + int64(n.actor.mailbox.UserMessageCount()),
-		Down: c.down.Load(), Evicting: c.evicting.Load(),
+		Down: c.down.Load(), Evicting: c.evicting.Load(), SlotsOut: c.slotsOut.Load(),
 	}
 	if q := c.quarantineUntil.Load(); q != 0 {
 		s.QuarantineUntil = time.Unix(0, q)
@@ -325,6 +329,13 @@ type job struct {
 	probe    bool
 	prev     Info // the probe's previous connection
 	deadline time.Time
+
+	// marking: on a cluster's shard, the slots to mark (slotsToMark);
+	// whole: the mark is the shard's (health.epochPending), not only
+	// that of slots whose own quarantine ended (slotsOut).
+	marking  []uint16
+	whole    bool
+	probeKey string // the epoch marker the probe reads (probeKey)
 }
 
 type nodeActor struct {
@@ -427,6 +438,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		a.command(m)
 	}
 	a.stats.queued.Store(int64(len(a.queue)))
+	a.stats.slotsOut.Store(int64(len(a.health.slotsOut)))
 }
 
 // command queues msg if it is a command.
@@ -504,14 +516,16 @@ func (a *nodeActor) flush() {
 		return
 	}
 	now := time.Now()
-	mark := a.health.epochDue(now)
+	whole := a.health.epochDue(now)
+	due := a.slotsDue(now)
+	mark := whole || len(due) > 0
 	if (a.health.probeDue || mark) && a.inFlight() > 0 {
 		return // it goes alone, once the wire is clear
 	}
 	if a.health.probeDue {
 		a.health.probeDue = false
 		a.used[0], a.alone = true, true
-		a.work <- job{probe: true, prev: a.health.checked, deadline: now.Add(a.probeTimeout())}
+		a.work <- job{probe: true, prev: a.health.checked, deadline: now.Add(a.probeTimeout()), probeKey: a.probeKey(now)}
 		return
 	}
 	if len(a.queue) == 0 {
@@ -569,6 +583,9 @@ func (a *nodeActor) flush() {
 		case e.op.acquires() && quarantined:
 			a.replyQuarantined(&e, now, a.health.quarantineUntil, nil)
 			continue
+		case e.op.acquires() && a.slotOut(e.slot, now):
+			a.replyQuarantined(&e, now, a.health.slotsOut[e.slot], nil)
+			continue
 		case e.op.acquires() && a.health.evicting != nil:
 			a.reply(&e, Failed, now, a.health.evicting, nil)
 			continue
@@ -608,6 +625,10 @@ func (a *nodeActor) flush() {
 	if mark {
 		checked := a.health.checked
 		j.mark, a.alone = &checked, true
+		j.whole, j.marking = whole, due
+		if whole && a.cfg.Slots != nil {
+			j.marking = a.slotsToMark(now)
+		}
 	}
 	a.used[slot], a.lastSent = true, now
 	a.stats.onWire.Add(int64(len(batch)))
@@ -715,7 +736,7 @@ func (senderDispatcher) Throughput() int { return 300 }
 // run sends one batch, answers every entry of it and reports back with
 // *sent.
 func (a *nodeActor) run(w *wire, j job) {
-	done := &sent{slot: j.slot, sentAt: j.sentAt, size: len(j.batch)}
+	done := &sent{slot: j.slot, sentAt: j.sentAt, size: len(j.batch), whole: j.whole, marking: j.marking}
 	client, err := a.conn.get()
 	if err == nil {
 		err = a.send(w, client, j, done)
@@ -758,7 +779,7 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	cmds := make(rueidis.Commands, 0, 1+len(w.calls)+plain+5*len(w.blocks))
 	if j.mark != nil {
 		if a.cfg.Slots != nil {
-			done.marked, done.markFailed = a.markSlots(client, *j.mark)
+			done.marked, done.markFailed = a.markSlots(client, *j.mark, j.marking)
 		} else {
 			// First, so every acquire after it sees the marker.
 			cmds = append(cmds, markCmd(client, a.cfg.EpochKey, *j.mark, !a.cfg.UnsafeEviction))
@@ -918,7 +939,7 @@ func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.
 	case n == keyAbsent:
 		a.reply(e, Absent, now, nil, out)
 	case n == epochMissing:
-		done.lostData = true
+		a.lost(e, done)
 		a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine), out)
 	case holder != "": // counter: the key's PTTL
 		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder, Meta: meta, TTL: pttl(counter)}

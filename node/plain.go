@@ -194,7 +194,7 @@ func (a *nodeActor) answerPlain(batch []entry, results []rueidis.RedisResult, ep
 		case r.Error() != nil && !rueidis.IsRedisNil(r.Error()):
 			a.reply(e, Failed, now, r.Error(), out)
 		case !holds:
-			done.lostData = true
+			a.lost(e, done)
 			a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine), out)
 			if set { // not a vote: the key goes
 				c := entry{op: opRelease, req: &Request{Key: e.req.Key, Grants: e.req.Grants, Value: e.req.Value},
