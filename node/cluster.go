@@ -573,8 +573,34 @@ func (a *nodeActor) markSlots(client rueidis.Client, info Info, slots []uint16) 
 // keys and the marker of the master it came from: the rest of this
 // master's resources keep their votes meanwhile.
 
+// slotsSeen has the slots the cluster's view gave the shard since the
+// actor last looked sit out a quarantine from now: they moved here, with
+// keys whose history this master's quarantines do not cover. Whatever
+// their markers say, the shard's own mark does not write theirs
+// (slotsToMark); a marker that names this master's lineage came back with
+// a slot that went and returned.
+func (a *nodeActor) slotsSeen(now time.Time) {
+	if a.cfg.Slots == nil {
+		return
+	}
+	p := a.cfg.Slots.p.Load()
+	if p == a.seen {
+		return
+	}
+	if a.seen != nil && p != nil {
+		var in []uint16
+		for _, s := range *p {
+			if _, ok := slices.BinarySearch(*a.seen, s); !ok {
+				in = append(in, s)
+			}
+		}
+		a.loseSlots(now, in, "the slot moved here")
+	}
+	a.seen = p
+}
+
 // loseSlots has slots sit out a quarantine from at.
-func (a *nodeActor) loseSlots(at time.Time, slots []uint16) {
+func (a *nodeActor) loseSlots(at time.Time, slots []uint16, why string) {
 	if a.health.slotsOut == nil {
 		a.health.slotsOut = make(map[uint16]time.Time)
 	}
@@ -582,8 +608,8 @@ func (a *nodeActor) loseSlots(at time.Time, slots []uint16) {
 	for _, s := range slots {
 		if was, ok := a.health.slotsOut[s]; !ok || until.After(was) {
 			if !ok {
-				a.cfg.Logger.Warn("redlease: a slot's epoch marker is not this master's (the slot moved here, or its keys were deleted); refusing acquires on it until every lease it held expired",
-					"node", a.cfg.Addr, "slot", s, "until", until)
+				a.cfg.Logger.Warn("redlease: a slot of a cluster's master may have lost lock keys; refusing acquires on it until every lease it held expired",
+					"node", a.cfg.Addr, "slot", s, "why", why, "until", until)
 			}
 			a.health.slotsOut[s] = until
 		}
@@ -597,9 +623,11 @@ func (a *nodeActor) slotOut(slot uint16, now time.Time) bool {
 }
 
 // slotsDue returns the slots whose own quarantine ended by now, to mark,
-// and forgets those the master no longer serves.
+// and forgets those the master no longer serves. None while the shard
+// sits out a quarantine as a whole: a marker written then would tell an
+// engine that meets the master next that its keys were not lost.
 func (a *nodeActor) slotsDue(now time.Time) []uint16 {
-	if len(a.health.slotsOut) == 0 {
+	if len(a.health.slotsOut) == 0 || a.health.quarantined(now) {
 		return nil
 	}
 	served := a.cfg.Slots.get()

@@ -356,3 +356,66 @@ func TestClusterWatcherFollowsTheSlot(t *testing.T) {
 	}
 	publish("after")
 }
+
+// A slot's own quarantine ends no sooner than its master's: a slot that
+// moved in, then lost its keys with the rest of the master (FLUSHALL)
+// before its quarantine ended, is not marked while the master sits out
+// the longer one. (Marked then, it would tell an engine meeting the
+// master next that its keys were all there.)
+func TestClusterSlotWaitsForItsShard(t *testing.T) {
+	q := 3 * time.Second
+	h := newClusterHarness(t, 2, Config{Quarantine: q, HealthInterval: 100 * time.Millisecond, Timeout: 5 * time.Second})
+	ctx := t.Context()
+	round := uint64(0)
+	ask := func(c func(Request) Command, key string) *Vote {
+		round++
+		return h.askAll([]Command{c(h.req(key, "me", round))})[round]
+	}
+	acquire := func(r Request) Command { return &Acquire{Request: r, TTL: time.Second} }
+	release := func(r Request) Command { return &Release{Request: r, TTL: time.Second} }
+	key := LockKey("t:", "0")
+	testwait.Eventually(t, 30*time.Second, "a grant after the first sight's quarantine", func() bool {
+		return ask(acquire, key).Outcome == Granted
+	})
+	ask(release, key)
+
+	to := h.moveSlot(hashslot.Of(key))
+	moved := time.Now()
+	testwait.Eventually(t, 5*time.Second, "the moved slot quarantined (after MOVED, the view asked again)", func() bool {
+		return ask(acquire, key).Err == ErrQuarantined
+	})
+	time.Sleep(q * 2 / 3)
+	if _, err := to.Do(ctx, "FLUSHALL"); err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for i := 1; other == ""; i++ {
+		k := LockKey("t:", fmt.Sprint("other", i))
+		if m, err := h.cluster.MasterOf(ctx, hashslot.Of(k)); err != nil {
+			t.Fatal(err)
+		} else if m.Addr() == to.Addr() && hashslot.Of(k) != hashslot.Of(key) {
+			other = k
+		}
+	}
+	ask(acquire, other) // meets the flush, and has the master probed
+	shard := h.node.Cluster().Shards()[to.Addr()]
+	testwait.Eventually(t, 5*time.Second, "the master quarantined whole", func() bool {
+		return shard.Stats().QuarantineUntil.After(moved.Add(q))
+	})
+	// The slot's own quarantine ends; the master's goes on.
+	time.Sleep(time.Until(moved.Add(q + 200*time.Millisecond)))
+	marker := markerKey(epochKey, uint16(hashslot.Of(key)))
+	for time.Now().Before(shard.Stats().QuarantineUntil.Add(-300 * time.Millisecond)) {
+		if v := ask(acquire, key); v.Err != ErrQuarantined {
+			t.Fatalf("acquire on the moved slot in its master's quarantine: %v %v", v.Outcome, v.Err)
+		}
+		ask(release, other) // a batch, which a mark would go in front of
+		if n, err := to.Do(ctx, "EXISTS", marker); err != nil || fmt.Sprint(n) != "0" {
+			t.Fatalf("the moved slot's marker in its master's quarantine: EXISTS %v, %v; want 0", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	testwait.Eventually(t, 3*q, "the moved slot granted after its master's quarantine", func() bool {
+		return ask(acquire, key).Outcome == Granted
+	})
+}

@@ -582,7 +582,7 @@ func (a *nodeActor) batchDone(m *sent) {
 		a.health.probeDue = true
 	}
 	if len(m.lostSlots) > 0 && a.quarantineOn() {
-		a.loseSlots(time.Now(), m.lostSlots)
+		a.loseSlots(time.Now(), m.lostSlots, "its epoch marker is not this master's (the slot moved here, or its keys were deleted)")
 		a.health.probeDue = true // is it the slots alone, or the dataset?
 	}
 	switch {

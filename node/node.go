@@ -356,6 +356,7 @@ type nodeActor struct {
 	deep     *time.Timer // flushes deepEvery after lastSent, on a slow link
 	deepSet  bool        // deep is set
 	alone    bool
+	seen     *[]uint16   // on a cluster's shard, the Slots the actor last saw (slotsSeen)
 	noPlain  atomic.Bool // the node refused MULTI: acquires go through the script (plain.go)
 	stopping bool        // nothing more goes on the wire
 	stats    counters
@@ -516,6 +517,7 @@ func (a *nodeActor) flush() {
 		return
 	}
 	now := time.Now()
+	a.slotsSeen(now)
 	whole := a.health.epochDue(now)
 	due := a.slotsDue(now)
 	mark := whole || len(due) > 0
