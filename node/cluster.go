@@ -42,11 +42,14 @@ import (
 // migrates, TRYAGAIN) is refused by its master: the script call fails
 // whole, its commands fail (a non-vote, never a vote counted twice or for
 // another key), and the cluster's view is asked again. The keys move with
-// their TTL (MIGRATE), the slot's epoch marker among them: it names the
-// lineage of the shard it came from, so the first batch on the new shard
-// answers -1 and that slot sits out a quarantine of its own there, after
-// which the shard marks it (slotsOut). A lease whose keys moved keeps
-// them: they are where its releases and extensions now go. A release that met the move
+// their TTL (MIGRATE), the slot's epoch marker among them, naming the
+// lineage of the shard it came from. The slot sits out a quarantine of its
+// own on its new shard, from when the shard actor sees the view give it
+// the slot (slotsSeen) or, failing that, from its first batch there,
+// whose call answers -1 (the marker is not the shard's); the shard marks
+// it after that, and its other slots keep their votes (slotsOut). A lease
+// whose keys moved keeps them: they are where its releases and extensions
+// now go. A release that met the move
 // (its vote a non-vote) goes again, silently, as a release that got no
 // answer does: to the slot's new master, once the view names one, while
 // its key may live (reroute).
@@ -560,18 +563,20 @@ func (a *nodeActor) markSlots(client rueidis.Client, info Info, slots []uint16) 
 	return marked, err == nil && !marked
 }
 
-// A slot's own quarantine. A batch call that finds its slot's epoch
-// marker not the one required (-1) says that slot's keys may be lost; the
-// other slots' calls check their own markers, against the same lineage,
-// and the dataset as a whole (the replication id in every call, the
-// process at every reconnection and probe). So only that slot sits out a
-// quarantine (slotsOut), counted from then: its acquires are refused
-// until it ends, and its marker is written after it, before the next
-// acquire on it (slotsDue). The shard is probed at once: a dataset that
-// changed as a whole (a restart, a flush, a promotion) quarantines the
-// shard as before (checked). Most often the slot moved here, with its
-// keys and the marker of the master it came from: the rest of this
-// master's resources keep their votes meanwhile.
+// A slot's own quarantine. A slot that moved to a shard brings keys whose
+// history the shard's quarantines do not cover; and a batch call that
+// finds its slot's epoch marker not the one required (-1) says that
+// slot's keys may be lost. The other slots' calls check their own
+// markers, against the same lineage, and the dataset as a whole (the
+// replication id in every call, the process at every reconnection and
+// probe). So only that slot sits out a quarantine (slotsOut), counted
+// from then: its acquires are refused until it ends, and its marker is
+// written after it, before the next acquire on it (slotsDue), but never
+// while the shard sits out a quarantine whole, nor by the shard's own
+// mark (slotsToMark): a marker written then would vouch for keys the
+// slot may have lost. The shard is probed at once after a -1: a dataset
+// that changed as a whole (a restart, a flush, a promotion) quarantines
+// the shard as before (checked).
 
 // slotsSeen has the slots the cluster's view gave the shard since the
 // actor last looked sit out a quarantine from now: they moved here, with
@@ -630,7 +635,10 @@ func (a *nodeActor) slotsDue(now time.Time) []uint16 {
 	if len(a.health.slotsOut) == 0 || a.health.quarantined(now) {
 		return nil
 	}
-	served := a.cfg.Slots.get()
+	var served []uint16
+	if a.seen != nil {
+		served = *a.seen
+	}
 	var due []uint16
 	for s, until := range a.health.slotsOut {
 		switch _, ok := slices.BinarySearch(served, s); {
@@ -645,9 +653,14 @@ func (a *nodeActor) slotsDue(now time.Time) []uint16 {
 }
 
 // slotsToMark is what marking the whole shard marks: every slot its
-// master serves but those that sit out their own quarantine.
+// master serves, as slotsSeen last saw (a slot the view gave it since
+// must sit out its own quarantine first), but those that sit out their
+// own quarantine.
 func (a *nodeActor) slotsToMark(now time.Time) []uint16 {
-	served := a.cfg.Slots.get()
+	var served []uint16
+	if a.seen != nil {
+		served = *a.seen
+	}
 	if len(a.health.slotsOut) == 0 {
 		return served
 	}

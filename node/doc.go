@@ -132,7 +132,8 @@
 //   - a Redis Cluster's slot moving to another master (MIGRATE): its keys
 //     move with their TTLs, its epoch marker with them, naming the
 //     lineage of the master it left; so the master it moves to refuses
-//     its acquires (-1) and the slot sits out a quarantine there (the
+//     its acquires (-1); the slot sits out a quarantine there, from when
+//     the engine's view gives it that master, or from that -1 (the
 //     master's other slots check their own markers; see Cluster). Were
 //     the slot's keys
 //     lost on the master it left (restarted from a snapshot, say), before
