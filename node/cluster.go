@@ -49,10 +49,9 @@ import (
 // whose call answers -1 (the marker is not the shard's); the shard marks
 // it after that, and its other slots keep their votes (slotsOut). A lease
 // whose keys moved keeps them: they are where its releases and extensions
-// now go. A release that met the move
-// (its vote a non-vote) goes again, silently, as a release that got no
-// answer does: to the slot's new master, once the view names one, while
-// its key may live (reroute).
+// now go. A release that met the move (its vote a non-vote) goes again,
+// silently, as a release that got no answer does: to the slot's new
+// master, once the view names one, while its key may live (reroute).
 //
 // Failover. A replica promoted in a shard (CLUSTER FAILOVER, FORCE,
 // TAKEOVER, or by the cluster when its master died) is a new master
@@ -604,20 +603,25 @@ func (a *nodeActor) slotsSeen(now time.Time) {
 	a.seen = p
 }
 
-// loseSlots has slots sit out a quarantine from at.
+// loseSlots has slots sit out a quarantine from at, and says so once for
+// those that did not already (a resharding moves thousands).
 func (a *nodeActor) loseSlots(at time.Time, slots []uint16, why string) {
 	if a.health.slotsOut == nil {
 		a.health.slotsOut = make(map[uint16]time.Time)
 	}
 	until := at.Add(a.cfg.Quarantine)
+	var fresh []uint16
 	for _, s := range slots {
 		if was, ok := a.health.slotsOut[s]; !ok || until.After(was) {
 			if !ok {
-				a.cfg.Logger.Warn("redlease: a slot of a cluster's master may have lost lock keys; refusing acquires on it until every lease it held expired",
-					"node", a.cfg.Addr, "slot", s, "why", why, "until", until)
+				fresh = append(fresh, s)
 			}
 			a.health.slotsOut[s] = until
 		}
+	}
+	if len(fresh) > 0 {
+		a.cfg.Logger.Warn("redlease: slots of a cluster's master may have lost lock keys; refusing acquires on them until every lease they held expired",
+			"node", a.cfg.Addr, "slots", len(fresh), "first", fresh[0], "why", why, "until", until)
 	}
 }
 
@@ -755,16 +759,14 @@ func (c *Conn) MarkSlots(ctx context.Context, epochKey string, slots []uint16, i
 }
 
 // probeKey is the epoch marker a probe reads: on a cluster's shard, that
-// of the first slot its master serves that does not sit out a quarantine
-// of its own (slotsOut), whose marker is foreign.
-func (a *nodeActor) probeKey(now time.Time) string {
-	if a.cfg.Slots == nil {
+// of the first slot its master serves (as slotsSeen last saw) that does
+// not sit out a quarantine of its own (slotsOut): the others may hold
+// another master's marker.
+func (a *nodeActor) probeKey() string {
+	if a.seen == nil || len(*a.seen) == 0 {
 		return a.cfg.EpochKey
 	}
-	slots := a.cfg.Slots.get()
-	if len(slots) == 0 {
-		return a.cfg.EpochKey
-	}
+	slots := *a.seen
 	for _, s := range slots {
 		if _, out := a.health.slotsOut[s]; !out {
 			return markerKey(a.cfg.EpochKey, s)

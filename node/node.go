@@ -527,7 +527,7 @@ func (a *nodeActor) flush() {
 	if a.health.probeDue {
 		a.health.probeDue = false
 		a.used[0], a.alone = true, true
-		a.work <- job{probe: true, prev: a.health.checked, deadline: now.Add(a.probeTimeout()), probeKey: a.probeKey(now)}
+		a.work <- job{probe: true, prev: a.health.checked, deadline: now.Add(a.probeTimeout()), probeKey: a.probeKey()}
 		return
 	}
 	if len(a.queue) == 0 {
