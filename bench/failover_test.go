@@ -9,8 +9,8 @@ import (
 
 // TestFailShard runs the failover workload small: before the failover
 // both sides are served; in the quarantine the failed shard's resources
-// are not (its new master may lack keys written to the old one) while the
-// other shards' are; after it, both are again. The quarantine lasts at
+// are not, or hardly (its new master may lack keys written to the old
+// one), while the other shards' are; after it, both are again. The quarantine lasts at
 // least the lock TTL, which the engine's RestartQuarantine defaults to
 // (less the moments between the replica's promotion and CLUSTER
 // FAILOVER's return).
@@ -30,8 +30,11 @@ func TestFailShard(t *testing.T) {
 			t.Errorf("%s resources: %.0f cycles/s before, %.0f after; want both above 0", name, r.before[side], r.after[side])
 		}
 	}
-	if r.during[1] != 0 {
-		t.Errorf("the failed shard's resources made %.0f cycles/s in its quarantine, want 0", r.during[1])
+	// A few at the quarantine's edges (the last probe's try is 50ms
+	// apart, and slow on a loaded machine); without a quarantine, the
+	// rate before.
+	if r.during[1] > r.before[1]/20 {
+		t.Errorf("the failed shard's resources made %.0f cycles/s in its quarantine, more than 5%% of %.0f before", r.during[1], r.before[1])
 	}
 	if r.during[0] == 0 {
 		t.Error("the other shards' resources made no cycles in the failed shard's quarantine")
