@@ -35,8 +35,9 @@ import (
 // script only over keys of one slot. Each call requires the epoch marker
 // of its slot, <EpochKey>{<hashslot.Tag(slot)>}, so the marker sits in
 // every slot: a shard actor writes it in every slot its master serves
-// when it writes it at all (after a quarantine), and its probe reads the
-// marker of its first slot.
+// when it writes it at all (after a quarantine), but for slots that sit
+// out a quarantine of their own (below), and its probe reads the marker
+// of its first slot that does not.
 //
 // Resharding. A command for a slot that moved (MOVED, ASK while the slot
 // migrates, TRYAGAIN) is refused by its master: the script call fails
