@@ -75,6 +75,22 @@ func (h *clusterHarness) moveSlot(slot int) *redisproc.Node {
 	return to
 }
 
+// keyBeside returns a lock key that master serves, in a slot other than
+// key's.
+func (h *clusterHarness) keyBeside(master *redisproc.Node, key string) string {
+	h.t.Helper()
+	for i := 1; ; i++ {
+		k := LockKey("t:", fmt.Sprint("other", i))
+		m, err := h.cluster.MasterOf(h.t.Context(), hashslot.Of(k))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if m.Addr() == master.Addr() && hashslot.Of(k) != hashslot.Of(key) {
+			return k
+		}
+	}
+}
+
 func (h *clusterHarness) req(key, value string, round uint64) Request {
 	return Request{Key: key, Value: value, Round: round, ReplyTo: h.inbox}
 }
@@ -214,16 +230,7 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 	key := LockKey("t:", "0")
 	moved := time.Now()
 	to := h.moveSlot(hashslot.Of(key))
-	// A resource of the shard the slot moved to, in another slot.
-	other := ""
-	for i := 1; other == ""; i++ {
-		k := LockKey("t:", fmt.Sprint("other", i))
-		if m, err := h.cluster.MasterOf(ctx, hashslot.Of(k)); err != nil {
-			t.Fatal(err)
-		} else if m.Addr() == to.Addr() && hashslot.Of(k) != hashslot.Of(key) {
-			other = k
-		}
-	}
+	other := h.keyBeside(to, key)
 	round := uint64(10000)
 	for {
 		round++
@@ -388,15 +395,7 @@ func TestClusterSlotWaitsForItsShard(t *testing.T) {
 	if _, err := to.Do(ctx, "FLUSHALL"); err != nil {
 		t.Fatal(err)
 	}
-	other := ""
-	for i := 1; other == ""; i++ {
-		k := LockKey("t:", fmt.Sprint("other", i))
-		if m, err := h.cluster.MasterOf(ctx, hashslot.Of(k)); err != nil {
-			t.Fatal(err)
-		} else if m.Addr() == to.Addr() && hashslot.Of(k) != hashslot.Of(key) {
-			other = k
-		}
-	}
+	other := h.keyBeside(to, key)
 	ask(acquire, other) // meets the flush, and has the master probed
 	shard := h.node.Cluster().Shards()[to.Addr()]
 	testwait.Eventually(t, 5*time.Second, "the master quarantined whole", func() bool {
