@@ -592,7 +592,7 @@ func (a *nodeActor) slotsSeen(now time.Time) {
 	if p == a.seen {
 		return
 	}
-	if a.seen != nil && p != nil {
+	if a.seen != nil && p != nil && a.quarantineOn() {
 		var in []uint16
 		for _, s := range *p {
 			if _, ok := slices.BinarySearch(*a.seen, s); !ok {
