@@ -620,6 +620,7 @@ func (a *nodeActor) loseSlots(at time.Time, slots []uint16, why string) {
 			a.health.slotsOut[s] = until
 		}
 	}
+	a.stats.slotsOut.Store(int64(len(a.health.slotsOut)))
 	if len(fresh) > 0 {
 		a.cfg.Logger.Warn("redlease: slots of a cluster's master may have lost lock keys; refusing acquires on them until every lease they held expired",
 			"node", a.cfg.Addr, "slots", len(fresh), "first", fresh[0], "why", why, "until", until)
@@ -649,6 +650,7 @@ func (a *nodeActor) slotsDue(now time.Time) []uint16 {
 		switch _, ok := slices.BinarySearch(served, s); {
 		case !ok:
 			delete(a.health.slotsOut, s)
+			a.stats.slotsOut.Add(-1)
 		case !now.Before(until):
 			due = append(due, s)
 		}

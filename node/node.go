@@ -439,7 +439,6 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 		a.command(m)
 	}
 	a.stats.queued.Store(int64(len(a.queue)))
-	a.stats.slotsOut.Store(int64(len(a.health.slotsOut)))
 }
 
 // command queues msg if it is a command.
