@@ -140,7 +140,16 @@
 //     that master's quarantine ended, the keys it brings would lack them:
 //     without the per-slot marker its new master would grant them (the
 //     safety checker's slot migration found 662 overlaps in 10 moves in
-//     2 min on one cluster with the check off).
+//     2 min on one cluster with the check off). Nor may the new master's
+//     own mark write over the marker the slot came with: a master that
+//     sat out a quarantine of its own (flushed, say) and has had no
+//     command from this engine since owes its mark when the slot
+//     arrives; the mark skips the slots that sit out their own
+//     quarantine, and a slot is put out from when the view gives it the
+//     new master (the checker's slot migration, into a master flushed
+//     just before: 264 and 447 overlaps in runs of 2 and 3 min with that
+//     put-out reverted; 0
+//     in 5 min with it).
 //   - failback to a former primary behind the same address: the marker it
 //     kept names its own lineage, not the one engines last probed there,
 //     so they refuse it. An engine that meets such an address for the first

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/redlease/redlease/engine"
@@ -30,10 +31,17 @@ const (
 	FaultShardKill = "shard kill"
 	// FaultSlotMigration: the resource's slot moves, with its keys (held
 	// leases, queues of waiters, the slot's epoch marker), to another
-	// master, while the workers acquire and release. Half the time the
-	// slot moves out of a shard that has just lost a lease's key (a
-	// restart from a snapshot, as FaultShardSnapshot), before its
-	// quarantine ended: the lease is loseLease's.
+	// master, while the workers acquire and release. Two times in three
+	// it moves out of a shard that has just lost a lease's key, before
+	// the engines' quarantine of that shard ended (the lease is
+	// loseLease's): half of those times the shard restarted from a
+	// snapshot (as FaultShardSnapshot); the other half it was flushed,
+	// and so was the master the slot moves to, just before the lease was
+	// taken, which has had nothing from the fault's other engine since:
+	// it owes that engine its own mark when the slot arrives, and that
+	// mark must not write over the slot's marker (the slot sits out a
+	// quarantine of its own, from when the engine's view gives it that
+	// master).
 	FaultSlotMigration = "slot migration"
 	// FaultShardSnapshot: the shard's master saves a snapshot, its
 	// replica is cut off from a lease's write (loseLease's), and it
@@ -104,46 +112,75 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 			return errors.Join(err, r.restart(k, killed.Restart)) // empty: no persistence
 		})
 	case FaultSlotMigration:
-		move := func(slot int) error {
+		// other is a master that does not serve slot, at random.
+		other := func(slot int) (*redisproc.Node, error) {
+			from, err := c.MasterOf(ctx, slot)
+			if err != nil {
+				return nil, err
+			}
+			masters, err := c.Masters(ctx)
+			if err != nil {
+				return nil, err
+			}
+			masters = slices.DeleteFunc(masters, func(m *redisproc.Node) bool { return m == from })
+			if len(masters) == 0 {
+				return nil, errors.New("no other master")
+			}
+			return masters[rng.IntN(len(masters))], nil
+		}
+		switch rng.IntN(3) {
+		case 0:
+			to, err := other(slot)
+			if err != nil {
+				return err
+			}
+			return c.MigrateSlot(ctx, slot, to)
+		case 1:
+			// A slot moves out of a shard that has just lost a lease's
+			// key (restarted from a snapshot), before the engines'
+			// quarantine of that shard ended: the master it moves to
+			// must not grant it.
+			return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+				r.nodesDown.Add(1)
+				defer r.nodesDown.Add(-1)
+				to, err := other(slot)
+				if err != nil {
+					return err
+				}
+				if _, err := c.SnapshotRestartLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() }); err != nil {
+					return err
+				}
+				r.restarted[k] = time.Now()
+				for range 50 { // until the restarted master serves again
+					if err = c.MigrateSlot(ctx, slot, to); err == nil || !sleep(ctx, 100*time.Millisecond) {
+						break
+					}
+				}
+				return err
+			})
+		}
+		// The same, the lease's key flushed, into a master that owes
+		// loseLease's B its own mark: that mark must not write the
+		// slot's over the one the slot came with.
+		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+			to, err := other(slot)
+			if err != nil {
+				return err
+			}
+			if err := r.flushAhead(ctx, k, to); err != nil {
+				return err
+			}
+			if err := write(); err != nil {
+				return err
+			}
 			from, err := c.MasterOf(ctx, slot)
 			if err != nil {
 				return err
 			}
-			masters, err := c.Masters(ctx)
-			if err != nil {
+			if _, err := from.Do(ctx, []string{"FLUSHALL", "FLUSHDB"}[rng.IntN(2)]); err != nil {
 				return err
 			}
-			var to []*redisproc.Node
-			for _, m := range masters {
-				if m != from {
-					to = append(to, m)
-				}
-			}
-			if len(to) == 0 {
-				return errors.New("no other master")
-			}
-			return c.MigrateSlot(ctx, slot, to[rng.IntN(len(to))])
-		}
-		if rng.IntN(2) == 0 {
-			return move(slot)
-		}
-		// A slot moves out of a shard that has just lost a lease's key
-		// (restarted from a snapshot), before the engines' quarantine of
-		// that shard ended: the master it moves to must not grant it.
-		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
-			r.nodesDown.Add(1)
-			defer r.nodesDown.Add(-1)
-			if _, err := c.SnapshotRestartLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() }); err != nil {
-				return err
-			}
-			r.restarted[k] = time.Now()
-			var err error
-			for range 50 { // until the restarted master serves again
-				if err = move(slot); err == nil || !sleep(ctx, 100*time.Millisecond) {
-					break
-				}
-			}
-			return err
+			return c.MigrateSlot(ctx, slot, to)
 		})
 	case FaultShardSnapshot:
 		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
@@ -167,6 +204,30 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 		})
 	}
 	return fmt.Errorf("no cluster fault %q", kind)
+}
+
+// flushAhead empties master, a master of cluster k, and returns once the
+// fault's other engine (loseLease's B) sits it out, and half of that
+// engine's quarantine more: that engine's quarantine of master then ends
+// well before the lease loseLease is about to take does (its owed mark
+// reads every slot's marker, which takes a while under load), while the
+// engine has sent master nothing (its only resources are loseLease's),
+// so it still owes master its mark when a slot moves there.
+func (r *run) flushAhead(ctx context.Context, k int, master *redisproc.Node) error {
+	if _, err := master.Do(ctx, "FLUSHALL"); err != nil {
+		return err
+	}
+	b := r.shardEngines[1]
+	for {
+		n := b.Stats().Nodes[k]
+		if d := time.Until(n.QuarantinedUntil); d > 0 {
+			sleep(ctx, d/2)
+			return ctx.Err()
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
 }
 
 // clusterTTLs is how many of the workers' TTLs loseLease's leases last:
