@@ -148,8 +148,7 @@
 //     quarantine, and a slot is put out from when the view gives it the
 //     new master (the checker's slot migration, into a master flushed
 //     just before: 264 and 447 overlaps in runs of 2 and 3 min with that
-//     put-out reverted; 0
-//     in 5 min with it).
+//     put-out reverted; 0 in 5 min with it).
 //   - failback to a former primary behind the same address: the marker it
 //     kept names its own lineage, not the one engines last probed there,
 //     so they refuse it. An engine that meets such an address for the first
