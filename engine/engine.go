@@ -452,7 +452,9 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if o.fencing && resume == "" {
 		cfg.FenceKey = fenceKey(key)
 	}
-	t := e.lines.join(key, cfg.Value, o.ttl, attempts == 1)
+	lt := new(leaseTurn)
+	t := &lt.turn
+	e.lines.join(t, key, cfg.Value, o.ttl, attempts == 1)
 	if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 		return nil, lease.Result{}, err
 	} else if err != nil {
@@ -537,7 +539,15 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 			HeldBy: lease.HeldBy(r.Votes), resumed: resume != ""}
 	}
 	t.held.Store(true)
-	return &Lease{e: e, ref: ref, state: st, resource: resource, value: cfg.Value}, r, nil
+	lt.Lease = Lease{e: e, ref: ref, state: st, resource: resource, value: cfg.Value}
+	return &lt.Lease, r, nil
+}
+
+// leaseTurn is an acquire's Lease, made with its caller's turn in the
+// resource's line: one allocation for both.
+type leaseTurn struct {
+	Lease
+	turn turn
 }
 
 // contextError is ctx's error, joined with its cause when that differs, so
@@ -682,5 +692,7 @@ var errClosedLease = errtext.Errorf(errtext.Prefix+"%w: %w", ErrReleased, ErrClo
 func newValue() string {
 	var b [20]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	var text [27]byte      // base64.RawURLEncoding.EncodedLen(20): one allocation, the string's
+	base64.RawURLEncoding.Encode(text[:], b[:])
+	return string(text[:])
 }

@@ -138,10 +138,10 @@ func (ls *lines) each(f func(*resource)) {
 }
 
 // join puts a caller of Acquire (or TryAcquire: try) in the line of the
-// resource with lock key key, and returns its turn; the caller awaits it,
-// then reads its fields.
-func (ls *lines) join(key, value string, ttl time.Duration, try bool) *turn {
-	t := &turn{value: value, ttl: ttl, try: try}
+// resource with lock key key, in turn t (zero: the caller's, see
+// leaseTurn); the caller awaits it, then reads its fields.
+func (ls *lines) join(t *turn, key, value string, ttl time.Duration, try bool) {
+	t.value, t.ttl, t.try = value, ttl, try
 	if !try {
 		t.since = time.Now() // a try turn is never queued: it needs no place by time
 	}
@@ -156,7 +156,6 @@ func (ls *lines) join(key, value string, ttl time.Duration, try bool) *turn {
 	sh.mu.Unlock()
 	t.r = r
 	r.inbox.Ask((*joining)(t))
-	return t
 }
 
 // released: a node announced a release on channel (hook of a watcher).

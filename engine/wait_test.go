@@ -966,8 +966,13 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 	e := newEngine(t, c.Addrs())
 	ls, key := e.lines, e.cfg.lockKey("back")
 	ttl := e.cfg.TTL
-	holder := ls.join(key, "h", ttl, false)
-	waiter := ls.join(key, "w", ttl, false)
+	join := func(value string) *turn {
+		t := new(turn)
+		ls.join(t, key, value, ttl, false)
+		return t
+	}
+	holder := join("h")
+	waiter := join("w")
 	ls.inspect(key, func(r *resource) { r.w = &watch{on: make([]bool, len(ls.watchers))} }) // contended across engines lately
 	before := time.Now()
 	release := &node.HandOff{Request: node.Request{Key: key, Value: "h"}, TTL: ttl}
@@ -977,12 +982,12 @@ func TestReturningCallerWaitsAsOfItsRelease(t *testing.T) {
 	if want := fmt.Sprint(waiter.since.UnixMicro()); release.SuccessorSince != want {
 		t.Fatalf("the release queued a caller waiting since %v, want the waiter's %v", release.SuccessorSince, want)
 	}
-	back := ls.join(key, "h2", ttl, false)
+	back := join("h2")
 	ls.inspect(key, func(*resource) {}) // joined
 	if back.since.After(released) || back.since.Before(before) {
 		t.Fatalf("the returning caller waits as of %v, want as of the release, %v to %v", back.since, before, released)
 	}
-	later := ls.join(key, "h3", ttl, false)
+	later := join("h3")
 	ls.inspect(key, func(*resource) {})
 	if !later.since.After(released) {
 		t.Fatalf("a second caller waits as of %v, want as of its call, after the release at %v", later.since, released)

@@ -134,7 +134,7 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 		a.body, a.first = m, a.round+1
 		return
 	case *begin:
-		a.begin(m)
+		a.begin()
 	default:
 		if !a.current(msg) {
 			answerStale(msg)
@@ -151,10 +151,11 @@ func (a *leaseActor) Receive(ctx actor.Context) {
 
 // begin starts a lease: the actor is idle (a new one, or one the pool
 // gave back).
-func (a *leaseActor) begin(m *begin) {
-	a.perLease = perLease{cfg: m.cfg, state: m.state,
-		debug: m.cfg.Logger.Enabled(context.Background(), slog.LevelDebug),
-		info:  m.cfg.Logger.Enabled(context.Background(), slog.LevelInfo)}
+func (a *leaseActor) begin() {
+	cfg, st := a.cfg, a.state // Pool.Start's
+	a.perLease = perLease{cfg: cfg, state: st,
+		debug: cfg.Logger.Enabled(context.Background(), slog.LevelDebug),
+		info:  cfg.Logger.Enabled(context.Background(), slog.LevelInfo)}
 	if a.cfg.Resumed != nil {
 		a.resume()
 		return

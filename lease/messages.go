@@ -120,11 +120,13 @@ type Close struct {
 	Abort error // an acquisition in progress fails with it
 }
 
-// begin gives an idle actor a lease to acquire.
-type begin struct {
-	cfg   Config
-	state *State
-}
+// begin has the actor bound to a body acquire the lease Pool.Start put
+// in it (its Config and State): the message carries nothing, so that
+// starting a lease allocates no copy of its Config.
+type begin struct{}
+
+// beginning is the one begin message.
+var beginning = &begin{}
 
 // Timer messages, from the actor to itself; one may arrive after the
 // actor moved on to another lease, or stopped.

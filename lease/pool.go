@@ -213,8 +213,11 @@ func (p *Pool) Start(cfg Config) (r Ref, st *State, run bool) {
 	}
 	b.mu.Lock()
 	b.live = true
+	// The actor reads these once begin reaches it, after the mailbox's
+	// lock: a body comes back to the pool with its perLease zero.
+	b.cfg, b.state = cfg, st
 	a, run := b.bindLocked()
-	run = a.mailbox.Offer(&begin{cfg: cfg, state: st}) || run
+	run = a.mailbox.Offer(beginning) || run
 	b.mu.Unlock()
 	return Ref{b}, st, run
 }

@@ -21,8 +21,11 @@ type State struct {
 	// events are kept in early, as the channel would keep them: a lease
 	// whose holder never reads them costs a small slice, not a channel
 	// (most of a lease's heap, at the default buffer). Both under mu.
+	// early starts in firstTwo: Acquired and the end, most often, cost
+	// no allocation of their own.
 	events   chan Event
 	early    []earlyEvent
+	firstTwo [2]earlyEvent
 	eventCap int
 	resource string
 	err      error        // written once, before done closes
@@ -140,7 +143,7 @@ func (s *State) deliver(ev Event) bool {
 		return false
 	}
 	if s.early == nil {
-		s.early = make([]earlyEvent, 0, 2) // Acquired and the end, most often
+		s.early = s.firstTwo[:0]
 	}
 	s.early = append(s.early, earlyEvent{ev.Kind, ev.Until.Sub(s.start), ev.Err})
 	return true
