@@ -933,7 +933,10 @@ func (r *run) latency(d time.Duration, down bool) {
 
 // inject breaks nodes, one fault at a time: each round injects every
 // chosen kind once, in random order (kill+restart, pause and slow link
-// twice), with a short calm between faults.
+// twice), with a short calm between faults. A fault that could not be
+// injected (its own engine not connected in time, its lease refused by
+// what the fault before it left) is tried once more at the end of the
+// round: on a loaded machine a bounded run would otherwise miss kinds.
 func (r *run) inject(ctx context.Context) {
 	defer r.retireAll()
 	rng := r.rand(0)
@@ -949,7 +952,9 @@ func (r *run) inject(ctx context.Context) {
 	}
 	for ctx.Err() == nil {
 		rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
-		for _, kind := range round {
+		n := len(round)
+		for i := 0; i < len(round); i++ {
+			kind := round[i]
 			if !sleep(ctx, time.Duration(100+rng.IntN(200))*time.Millisecond) {
 				return
 			}
@@ -969,12 +974,16 @@ func (r *run) inject(ctx context.Context) {
 				if r.cfg.Logf != nil && ctx.Err() == nil {
 					r.cfg.Logf("safety: %s fault not injected: %v", kind, err)
 				}
+				if i < n {
+					round = append(round, kind) // once more, at the end
+				}
 				continue
 			}
 			r.mu.Lock()
 			r.faults[kind]++
 			r.mu.Unlock()
 		}
+		round = round[:n]
 	}
 }
 
