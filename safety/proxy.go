@@ -59,33 +59,43 @@ func (p *Proxy) Close() {
 	p.wg.Wait()
 }
 
+// accept takes each connection and has connect dial its node, on a
+// goroutine of its own: a dial that waits (a paused node's full backlog)
+// must not hold up the connections behind it, a new engine's among them.
 func (p *Proxy) accept() {
 	for {
 		client, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		p.mu.Lock()
-		target := p.target
-		p.mu.Unlock()
-		server, err := net.DialTimeout("tcp", target, time.Second)
-		if err != nil {
-			client.Close()
-			continue
-		}
-		if !p.track(client, server) {
-			return
-		}
-		p.wg.Go(func() { p.pipe(server, client) })
-		p.wg.Go(func() { p.pipe(client, server) })
+		p.wg.Go(func() { p.connect(client) })
 	}
 }
 
-// track registers a pair of connections, unless the proxy is closing.
-func (p *Proxy) track(a, b net.Conn) bool {
+// connect dials the node for client and forwards between them.
+func (p *Proxy) connect(client net.Conn) {
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	server, err := net.DialTimeout("tcp", target, time.Second)
+	if err != nil {
+		client.Close()
+		return
+	}
+	if !p.track(client, server, target) {
+		return
+	}
+	p.wg.Go(func() { p.pipe(server, client) })
+	p.wg.Go(func() { p.pipe(client, server) })
+}
+
+// track registers a pair of connections, unless the proxy is closing or
+// failed over to another target than the one b was dialled to (Failover
+// cut the connections it found; this pair came too late for it).
+func (p *Proxy) track(a, b net.Conn, target string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.conns == nil {
+	if p.conns == nil || p.target != target {
 		a.Close()
 		b.Close()
 		return false
