@@ -620,7 +620,7 @@ func (a *nodeActor) loseSlots(at time.Time, slots []uint16, why string) {
 			a.health.slotsOut[s] = until
 		}
 	}
-	a.stats.slotsOut.Store(int64(len(a.health.slotsOut)))
+	a.countSlotsOut()
 	if len(fresh) > 0 {
 		a.cfg.Logger.Warn("redlease: slots of a cluster's master may have lost lock keys; refusing acquires on them until every lease they held expired",
 			"node", a.cfg.Addr, "slots", len(fresh), "first", fresh[0], "why", why, "until", until)
@@ -632,6 +632,11 @@ func (a *nodeActor) slotOut(slot uint16, now time.Time) bool {
 	until, ok := a.health.slotsOut[slot]
 	return ok && now.Before(until)
 }
+
+// countSlotsOut stores how many slots sit out their own quarantine
+// (Stats.SlotsOut), after the set changed: not per message, which would
+// cost standalone nodes an atomic store per command.
+func (a *nodeActor) countSlotsOut() { a.stats.slotsOut.Store(int64(len(a.health.slotsOut))) }
 
 // slotsDue returns the slots whose own quarantine ended by now, to mark,
 // and forgets those the master no longer serves. None while the shard
@@ -646,14 +651,18 @@ func (a *nodeActor) slotsDue(now time.Time) []uint16 {
 		served = *a.seen
 	}
 	var due []uint16
+	pruned := false
 	for s, until := range a.health.slotsOut {
 		switch _, ok := slices.BinarySearch(served, s); {
 		case !ok:
 			delete(a.health.slotsOut, s)
-			a.stats.slotsOut.Add(-1)
+			pruned = true
 		case !now.Before(until):
 			due = append(due, s)
 		}
+	}
+	if pruned {
+		a.countSlotsOut()
 	}
 	slices.Sort(due)
 	return due

@@ -566,7 +566,7 @@ func (a *nodeActor) batchDone(m *sent) {
 		for _, s := range m.marking {
 			delete(a.health.slotsOut, s)
 		}
-		a.stats.slotsOut.Store(int64(len(a.health.slotsOut)))
+		a.countSlotsOut()
 		if m.whole {
 			a.health.epochPending = false
 			a.health.checked.Epoch = a.health.lineage

@@ -170,14 +170,7 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 			if err := r.flushAhead(ctx, k, to); err != nil {
 				return err
 			}
-			if err := write(); err != nil {
-				return err
-			}
-			from, err := c.MasterOf(ctx, slot)
-			if err != nil {
-				return err
-			}
-			if _, err := from.Do(ctx, []string{"FLUSHALL", "FLUSHDB"}[rng.IntN(2)]); err != nil {
+			if err := flushLosing(ctx, rng, c, slot, write); err != nil {
 				return err
 			}
 			return c.MigrateSlot(ctx, slot, to)
@@ -192,18 +185,25 @@ func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k i
 		})
 	case FaultShardFlush:
 		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
-			if err := write(); err != nil {
-				return err
-			}
-			master, err := c.MasterOf(ctx, slot)
-			if err != nil {
-				return err
-			}
-			_, err = master.Do(ctx, []string{"FLUSHALL", "FLUSHDB"}[rng.IntN(2)])
-			return err
+			return flushLosing(ctx, rng, c, slot, write)
 		})
 	}
 	return fmt.Errorf("no cluster fault %q", kind)
+}
+
+// flushLosing takes loseLease's lease (write), then empties the master of
+// its slot in place (FLUSHALL or FLUSHDB): the lease's key is gone, the
+// process and its connections stay.
+func flushLosing(ctx context.Context, rng *rand.Rand, c *redisproc.RedisCluster, slot int, write func() error) error {
+	if err := write(); err != nil {
+		return err
+	}
+	master, err := c.MasterOf(ctx, slot)
+	if err != nil {
+		return err
+	}
+	_, err = master.Do(ctx, []string{"FLUSHALL", "FLUSHDB"}[rng.IntN(2)])
+	return err
 }
 
 // flushAhead empties master, a master of cluster k, and returns once the
