@@ -574,3 +574,26 @@ func (r *redislockLocker) acquire(ctx context.Context, resource string, retry bo
 }
 
 func (r *redislockLocker) close() { _ = r.c.Close() }
+
+// refused reports whether err, a single-round acquire's failure, is a
+// refusal (the lock is held by another owner), not a timeout or an
+// error talking to a node: the trylock workload counts refusals as tries.
+func refused(err error) bool {
+	var ae *engine.AcquireError
+	if errors.As(err, &ae) {
+		for _, n := range ae.Nodes {
+			if n.Outcome != engine.Granted && n.Outcome != engine.Taken {
+				return false
+			}
+		}
+		return true // no nodes: refused in the engine, held by one of its callers
+	}
+	var re redsync.RedisError
+	if errors.As(err, &re) {
+		return false
+	}
+	var taken *redsync.ErrTaken
+	var nodeTaken *redsync.ErrNodeTaken
+	return errors.Is(err, redsync.ErrFailed) || errors.As(err, &taken) || errors.As(err, &nodeTaken) ||
+		errors.Is(err, errTaken) || errors.Is(err, rueidislock.ErrNotLocked) || errors.Is(err, redislock.ErrNotObtained)
+}

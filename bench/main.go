@@ -38,8 +38,8 @@ var defaultNodeCounts = []int{1, 5}
 
 // Defaults per workload for -workers and -resources.
 var (
-	defaultWorkers   = map[string][]int{uncontended: {1, 128, 512}, contended: {16, 128}, degraded: defaultDegradedWorkers}
-	defaultResources = map[string]int{uncontended: 1000, contended: 4, degraded: 1000}
+	defaultWorkers   = map[string][]int{uncontended: {1, 128, 512}, contended: {16, 128}, trylock: {64}, degraded: defaultDegradedWorkers}
+	defaultResources = map[string]int{uncontended: 1000, contended: 4, trylock: 8, degraded: 1000}
 )
 
 const usageText = `Usage: go run ./bench [flags]
@@ -134,6 +134,13 @@ Workloads:
                against; the probes' commands, about 1% of the run's, count
                in its costs); and fairness, the fewest acquisitions of a
                worker over the mean (1: fair, 0: a worker starved).
+  trylock      W workers on R resources (worker w on resource w mod R, one
+               client instance), each in the loop people write around a
+               try-lock: a single-round acquire, tried again at once when
+               refused; a winner releases at once. A refusal is a try, not
+               an error ("tries/s"); any other failed acquire and every
+               failed release is an error. 64 workers on 8 resources unless
+               -workers and -resources say otherwise.
   degraded     uncontended with 1 node dead, on the largest node count (at
                least 3), at 1 and 128 workers unless -workers says otherwise:
                shows what a dead minority costs next to the healthy
@@ -665,6 +672,9 @@ func (b *bench) runOne(ctx context.Context, i int, r run) (res Result, err error
 	res.DeadNodes = dead
 	res.MeasuredRTTUS = micros(b.measuredRTT)
 	summary := fmt.Sprintf("%.0f cycles/s, acquire p99 %s, %d errors", res.CyclesPerS, fmtMicros(res.AcquireP99), res.Errors)
+	if res.TriesPerS != nil {
+		summary += fmt.Sprintf(", %.0f tries/s", *res.TriesPerS)
+	}
 	if res.ProxyCPU != nil {
 		summary += fmt.Sprintf(", proxy CPU %.1fµs/cycle", *res.ProxyCPU)
 	}

@@ -38,6 +38,9 @@ type Result struct {
 
 	Cycles     int     `json:"cycles"` // completed acquire+release cycles
 	CyclesPerS float64 `json:"cycles_per_s"`
+	// TriesPerS (trylock only): single-round acquires per second, refused
+	// or not.
+	TriesPerS *float64 `json:"tries_per_s,omitempty"`
 
 	AcquireP50  float64 `json:"acquire_p50_us"` // successful acquires, retries included
 	AcquireP99  float64 `json:"acquire_p99_us"`
@@ -125,6 +128,14 @@ func summarize(r run, nodes int, stats []workerStats, probed []time.Duration, el
 		res.Errors += stats[i].errors
 	}
 	res.costs(before, after, progressWrites)
+	if r.workload == trylock {
+		tries := 0
+		for i := range stats {
+			tries += stats[i].tries
+		}
+		perS := float64(tries) / elapsed.Seconds()
+		res.TriesPerS = &perS
+	}
 	if r.workload == contended {
 		h := merge(stats, func(s *workerStats) []time.Duration { return s.handoff })
 		p50, p99 := quantile(h, 0.50), quantile(h, 0.99)

@@ -16,6 +16,7 @@ const (
 	contended        = "contended"
 	heldWorkload     = "held"
 	degraded         = "degraded"
+	trylock          = "trylock"
 	failoverWorkload = "failover" // -cluster only: see failover.go
 )
 
@@ -28,7 +29,7 @@ const (
 // two minutes. contended and degraded are left out so that the suite
 // stays under 3 minutes on a 2-core machine.
 var (
-	workloadNames    = []string{uncontended, contended, degraded, heldWorkload, failoverWorkload}
+	workloadNames    = []string{uncontended, contended, trylock, degraded, heldWorkload, failoverWorkload}
 	defaultWorkloads = []string{uncontended, heldWorkload}
 )
 
@@ -55,6 +56,7 @@ const defaultInstances = 3
 // preallocated so recording neither allocates nor moves memory mid-run.
 type workerStats struct {
 	acquire, release, handoff []time.Duration
+	tries                     int // trylock: single-round acquires, refused or not
 	errors                    int
 	firstErr                  error
 }
@@ -97,9 +99,12 @@ func drive(ctx context.Context, lks []locker, r run, d time.Duration, perWorker 
 	}
 	for w := range r.workers {
 		st, lk := &stats[w], lks[w%len(lks)]
-		if r.workload == contended {
+		switch r.workload {
+		case contended:
 			wg.Go(func() { contendedWorker(ctx, lk, names, w, r.hold, st, released, base) })
-		} else { // uncontended and degraded
+		case trylock:
+			wg.Go(func() { trylockWorker(ctx, lk, names[w%len(names)], st) })
+		default: // uncontended and degraded
 			wg.Go(func() { uncontendedWorker(ctx, lk, names, w, r.workers, st) })
 		}
 	}
@@ -212,6 +217,36 @@ func contendedWorker(ctx context.Context, lk locker, names []string, w int, hold
 		}
 		st.acquire = append(st.acquire, t1.Sub(t0))
 		st.release = append(st.release, t3.Sub(t2))
+	}
+}
+
+// trylockWorker is the loop people write around a try-lock, and that
+// every lock benchmark runs: a single-round acquire of its resource
+// (shared with the other workers of resource w mod R), tried again at
+// once when refused; a winner releases at once. A refusal is a try, not
+// an error: an acquire that failed otherwise (a timeout, a node error)
+// and every failed release are errors.
+func trylockWorker(ctx context.Context, lk locker, name string, st *workerStats) {
+	bg := context.WithoutCancel(ctx)
+	for ctx.Err() == nil {
+		t0 := time.Now()
+		l, err := lk.acquire(bg, name, false)
+		t1 := time.Now()
+		st.tries++
+		if err != nil {
+			if !refused(err) {
+				st.fail(err)
+			}
+			continue
+		}
+		err = l.Release(bg)
+		t2 := time.Now()
+		if err != nil {
+			st.fail(err)
+			continue
+		}
+		st.acquire = append(st.acquire, t1.Sub(t0))
+		st.release = append(st.release, t2.Sub(t1))
 	}
 }
 

@@ -88,6 +88,60 @@ type resource struct {
 	// that a head whose release was heard before its lease ended does not
 	// wait for it again.
 	next, heard string
+	// gate: what the callers of TryAcquire refused here wait on (see
+	// refusal); nil until the first refusal since the head last left.
+	gate *gate
+}
+
+// gate paces the callers of TryAcquire that the engine refuses without a
+// round (the line has a caller). A refusal answered at once would cost
+// its caller a microsecond, and a loop of callers retrying at once would
+// never block: Go's scheduler notices a socket's answer only when a P
+// has nothing to run (or every 10ms), so the engine's own work, a
+// release, an extension, each waiting on a node's answer, waits behind
+// the loop for slices of 10ms at every hop, and times out. A refused
+// caller therefore waits on the resource's gate, which opens when the
+// line's head leaves (the resource may be free here now) or when its
+// timer fires, after a wait that grows with the refused callers waiting
+// in the engine (Config: refusalCost each): however many callers loop,
+// their refusals take a bounded share of the CPU, and a lone refused
+// caller waits about a loopback round trip.
+type gate struct {
+	open  chan struct{} // closed when the gate opens
+	timer *time.Timer   // closes open, unless stopped first
+}
+
+// refusalCost is what a caller of TryAcquire refused in the engine waits
+// per refused caller waiting in the engine: some ten times the CPU a
+// refusal costs, so that refusals retried at once take at most about a
+// tenth of a core, however many callers loop.
+const refusalCost = 20 * time.Microsecond
+
+// refusal is the gate that a caller refused now waits on: the current
+// one, or a new one if its timer opened it.
+func (r *resource) refusal() <-chan struct{} {
+	if g := r.gate; g != nil {
+		select {
+		case <-g.open: // its timer opened it
+		default:
+			return g.open
+		}
+	}
+	open := make(chan struct{})
+	wait := time.Duration(r.ls.refusedWaiting.Load()+1) * refusalCost
+	r.gate = &gate{open: open, timer: time.AfterFunc(wait, func() { close(open) })}
+	return open
+}
+
+// openGate lets the callers refused since the head last left go: the
+// head leaves, and the resource may be free here now.
+func (r *resource) openGate() {
+	if g := r.gate; g != nil {
+		r.gate = nil
+		if g.timer.Stop() {
+			close(g.open)
+		}
+	}
 }
 
 // watch is a resource actor's watch on its release channel, made at its
@@ -166,9 +220,11 @@ type turn struct {
 	left     atomic.Bool
 	released bool
 	// try: a caller of TryAcquire, refused (without a round: errHeldHere)
-	// when the line has a caller already; crashed: the actor panicked
-	// on its join. Either way its caller does not lead.
+	// when the line has a caller already, once the gate opens; crashed:
+	// the actor panicked on its join. Either way its caller does not
+	// lead.
 	try, refused, crashed bool
+	gate                  <-chan struct{}
 	// Set when the turn becomes the head: wait for the announcement of
 	// the previous lease's release before the first round; the line is
 	// watched (its heads were refused by other engines lately).
@@ -245,7 +301,7 @@ func (r *resource) recycle() {
 	r.life.Add(1)
 	r.isGone = false
 	r.turns = r.turns[:0]
-	r.w, r.releasing, r.next, r.heard = nil, false, "", ""
+	r.w, r.releasing, r.next, r.heard, r.gate = nil, false, "", "", nil
 	r.count.Store(0)
 	r.head.Store(nil)
 	r.canWake.Store(false)
@@ -323,7 +379,7 @@ func (r *resource) join(t *turn) {
 	if t.try && len(r.turns) > 0 {
 		// Held or being acquired here: a round could only lose, or win
 		// against a caller of this engine that came first.
-		t.refused, t.gone = true, true
+		t.refused, t.gone, t.gate = true, true, r.refusal()
 		t.settle()
 		return
 	}
@@ -492,6 +548,7 @@ func (r *resource) leave(t *turn) {
 	r.turns = slices.Delete(r.turns, i, i+1)
 	r.count.Store(int32(len(r.turns)))
 	if i == 0 {
+		r.openGate()
 		r.head.Store(nil)
 		r.releasing = t.released && r.listening() && r.heard != node.Digest(t.value)
 	}

@@ -43,6 +43,9 @@ type lines struct {
 	keepFor time.Duration
 	// listening: the watchers were asked to listen on channel.
 	listening atomic.Bool
+	// refusedWaiting: callers of TryAcquire refused in the engine and
+	// waiting for their resource's gate (see gate).
+	refusedWaiting atomic.Int64
 
 	// The map from a resource's lock key to its actor, while it has one,
 	// in shards: callers of different resources take different locks.
