@@ -460,18 +460,12 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	} else if err != nil {
 		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil), resumed: resume != ""}
 	}
-	if t.crashed {
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: errCrashed, resumed: resume != ""}
-	}
-	if t.refused {
-		e.lines.refusedWaiting.Add(1)
-		select {
-		case <-t.gate:
-		case <-ctx.Done():
-		case <-e.closing:
+	if t.refused || t.crashed {
+		cause := errHeldHere
+		if t.crashed {
+			cause = errCrashed
 		}
-		e.lines.refusedWaiting.Add(-1)
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: errHeldHere, resumed: resume != ""}
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: cause, resumed: resume != ""}
 	}
 	cfg.Line = t
 	if attempts > 1 {

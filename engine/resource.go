@@ -77,6 +77,9 @@ type resource struct {
 
 	// The actor's own.
 	isGone bool // out of the map: recycled once its inbox is empty
+	// gated: callers of TryAcquire refused here wait for a gate, in its
+	// shard's gates.
+	gated bool
 	// releasing: a local lease ended by a release the nodes are
 	// announcing, and no announcement came since.
 	releasing bool
@@ -88,9 +91,6 @@ type resource struct {
 	// that a head whose release was heard before its lease ended does not
 	// wait for it again.
 	next, heard string
-	// gate: what the callers of TryAcquire refused here wait on (see
-	// refusal); nil until the first refusal since the head last left.
-	gate *gate
 }
 
 // gate paces the callers of TryAcquire that the engine refuses without a
@@ -98,49 +98,68 @@ type resource struct {
 // its caller a microsecond, and a loop of callers retrying at once would
 // never block: Go's scheduler notices a socket's answer only when a P
 // has nothing to run (or every 10ms), so the engine's own work, a
-// release, an extension, each waiting on a node's answer, waits behind
-// the loop for slices of 10ms at every hop, and times out. A refused
-// caller therefore waits on the resource's gate, which opens when the
-// line's head leaves (the resource may be free here now) or when its
-// timer fires, after a wait that grows with the refused callers waiting
-// in the engine (Config: refusalCost each): however many callers loop,
-// their refusals take a bounded share of the CPU, and a lone refused
-// caller waits about a loopback round trip.
+// release, an extension, each waiting on a node's answer, would wait
+// behind the loop for slices of 10ms at every hop, and time out. A
+// refused caller therefore waits, in its turn, until the resource's gate
+// opens: when the line's head leaves (the resource may be free here now),
+// or when its timer fires, after refusalCost per refused caller waiting
+// in the engine. However many callers loop, their refusals take a bounded
+// share of the CPU; a lone refused caller waits about a loopback round
+// trip.
 type gate struct {
-	open  chan struct{} // closed when the gate opens
-	timer *time.Timer   // closes open, unless stopped first
+	r       *resource
+	refused []*turn     // settled when it opens
+	timer   *time.Timer // posts it (opening) to open it
 }
 
-// refusalCost is what a caller of TryAcquire refused in the engine waits
-// per refused caller waiting in the engine: some ten times the CPU a
-// refusal costs, so that refusals retried at once take at most about a
-// tenth of a core, however many callers loop.
-const refusalCost = 20 * time.Microsecond
+// refusalCost is how long a caller of TryAcquire refused in the engine
+// waits per refused caller waiting in the engine: some ten times the CPU
+// a refusal costs, so that refusals retried at once take about a tenth
+// of a core at most, however many callers loop.
+const refusalCost = 50 * time.Microsecond
 
-// refusal is the gate that a caller refused now waits on: the current
-// one, or a new one if its timer opened it.
-func (r *resource) refusal() <-chan struct{} {
-	if g := r.gate; g != nil {
-		select {
-		case <-g.open: // its timer opened it
-		default:
-			return g.open
+// refuse: t, a caller of TryAcquire, is refused; it is told when the gate
+// opens. The gate is kept in the shard, not in the actor: most resources
+// never have one, and a held resource's actor stays in its size class.
+func (r *resource) refuse(t *turn) {
+	t.refused, t.gone = true, true
+	sh := r.ls.shard(r.key)
+	sh.mu.Lock()
+	g := sh.gates[r]
+	if g == nil {
+		g = &gate{r: r}
+		wait := time.Duration(r.ls.refusedWaiting.Load()+1) * refusalCost
+		g.timer = time.AfterFunc(wait, func() { r.inbox.Post((*opening)(g)) })
+		if sh.gates == nil {
+			sh.gates = make(map[*resource]*gate)
 		}
+		sh.gates[r], r.gated = g, true
 	}
-	open := make(chan struct{})
-	wait := time.Duration(r.ls.refusedWaiting.Load()+1) * refusalCost
-	r.gate = &gate{open: open, timer: time.AfterFunc(wait, func() { close(open) })}
-	return open
+	g.refused = append(g.refused, t)
+	sh.mu.Unlock()
+	r.ls.refusedWaiting.Add(1)
 }
 
-// openGate lets the callers refused since the head last left go: the
-// head leaves, and the resource may be free here now.
-func (r *resource) openGate() {
-	if g := r.gate; g != nil {
-		r.gate = nil
-		if g.timer.Stop() {
-			close(g.open)
-		}
+// openGate tells the callers refused since the gate was made (g, or any
+// when nil) that they are: the head left, or g's timer fired.
+func (r *resource) openGate(g *gate) {
+	if !r.gated {
+		return
+	}
+	sh := r.ls.shard(r.key)
+	sh.mu.Lock()
+	cur := sh.gates[r]
+	if g != nil && g != cur {
+		sh.mu.Unlock()
+		return // opened already
+	}
+	delete(sh.gates, r)
+	r.gated = false
+	sh.mu.Unlock()
+	cur.timer.Stop()
+	r.ls.refusedWaiting.Add(-int64(len(cur.refused)))
+	for _, t := range cur.refused {
+		t.settle()
 	}
 }
 
@@ -220,11 +239,10 @@ type turn struct {
 	left     atomic.Bool
 	released bool
 	// try: a caller of TryAcquire, refused (without a round: errHeldHere)
-	// when the line has a caller already, once the gate opens; crashed:
-	// the actor panicked on its join. Either way its caller does not
-	// lead.
+	// when the line has a caller already, and settled when the gate opens;
+	// crashed: the actor panicked on its join. Either way its caller does
+	// not lead.
 	try, refused, crashed bool
-	gate                  <-chan struct{}
 	// Set when the turn becomes the head: wait for the announcement of
 	// the previous lease's release before the first round; the line is
 	// watched (its heads were refused by other engines lately).
@@ -260,6 +278,7 @@ type (
 	}
 	lost    struct{ node int }
 	unkeep  struct{ k *kept } // keepFor passed since k was kept
+	opening gate              // the gate's timer fired
 	forget  struct{ _ byte }  // lineLinger passed since the line emptied (not zero-sized: each is its own)
 	closing struct{ done chan struct{} }
 	// inspect runs f on the actor (tests).
@@ -301,7 +320,7 @@ func (r *resource) recycle() {
 	r.life.Add(1)
 	r.isGone = false
 	r.turns = r.turns[:0]
-	r.w, r.releasing, r.next, r.heard, r.gate = nil, false, "", "", nil
+	r.w, r.releasing, r.next, r.heard = nil, false, "", ""
 	r.count.Store(0)
 	r.head.Store(nil)
 	r.canWake.Store(false)
@@ -333,6 +352,8 @@ func (r *resource) handle(msg any) {
 			r.w.on[m.node] = false
 			r.setCanWake()
 		}
+	case *opening:
+		r.openGate((*gate)(m))
 	case *unkeep:
 		if r.w != nil && r.w.kept == m.k {
 			r.unkeepNow()
@@ -342,6 +363,7 @@ func (r *resource) handle(msg any) {
 			r.forget()
 		}
 	case *closing:
+		r.openGate(nil)
 		if r.w != nil && r.w.idle != nil {
 			r.w.idle.Stop()
 		}
@@ -379,8 +401,7 @@ func (r *resource) join(t *turn) {
 	if t.try && len(r.turns) > 0 {
 		// Held or being acquired here: a round could only lose, or win
 		// against a caller of this engine that came first.
-		t.refused, t.gone, t.gate = true, true, r.refusal()
-		t.settle()
+		r.refuse(t)
 		return
 	}
 	if r.w != nil {
@@ -548,7 +569,7 @@ func (r *resource) leave(t *turn) {
 	r.turns = slices.Delete(r.turns, i, i+1)
 	r.count.Store(int32(len(r.turns)))
 	if i == 0 {
-		r.openGate()
+		r.openGate(nil)
 		r.head.Store(nil)
 		r.releasing = t.released && r.listening() && r.heard != node.Digest(t.value)
 	}

@@ -61,6 +61,7 @@ const lineShards = 32
 type shard struct {
 	mu    sync.Mutex
 	byKey map[string]*resource
+	gates map[*resource]*gate // for the callers of TryAcquire refused in the engine
 }
 
 func newLines(e *Engine, channel string) *lines {
