@@ -369,11 +369,14 @@ var errStoppedUnanswered = errors.New("redlease: lease actor stopped without an 
 func (a *leaseActor) reply(r Result) {
 	if !a.replied && a.cfg.Reply != nil {
 		a.replied = true
-		a.cfg.Reply <- r
-		a.cfg.Reply = nil // the caller has it: a held lease keeps no channel for it
 		if r.Err != nil && a.cfg.Line != nil {
+			// Out of the line before the caller has its answer: its next
+			// call (a TryAcquire at once) comes after, in the resource
+			// actor's inbox, and must not find it there.
 			a.cfg.Line.Done(false)
 		}
+		a.cfg.Reply <- r
+		a.cfg.Reply = nil // the caller has it: a held lease keeps no channel for it
 	}
 }
 
