@@ -249,6 +249,7 @@ func mainCode() int {
 	rttFlag := fs.String("rtt", "0", "comma-separated round-trip times to add between every client and each node\n(e.g. 0,200us,1ms): the suite runs once per RTT; above 0 through delay proxies (see above)")
 	clusterFlag := fs.Int("cluster", 0, "with N > 0, the one node is a Redis Cluster of N masters the bench starts (no replicas,\nDEBUG off, as Redis ships): the suite runs at -n 1 with the clients that run on a cluster\n(redlease, redsync-rueidis, raw and rueidislock, over rueidis' cluster client), and each\nrun gives each master's CPU per cycle; not with -nodes or -rtt, nor degraded or held")
 	memProfile := fs.String("memprofile", "", "write a heap profile to `FILE` at the end of the suite, and for the held\nworkload while its leases are held")
+	markdownPath := fs.String("markdown", "", "write a Markdown page of the suite to `FILE` (docs/PERFORMANCE.md is one): a fixed explanation,\nthe command line, the date and the machine, then the tables printed on stdout")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), strings.NewReplacer("{{tuned}}", tunedHelp(), "{{ttl}}", lockTTL.String()).Replace(usageText))
 		fs.PrintDefaults()
@@ -395,6 +396,8 @@ func mainCode() int {
 	defer stop()
 	context.AfterFunc(ctx, stop)
 
+	suiteStart := time.Now()
+	var fo *failoverResult // the failover workload's, when it ran
 	if failover {
 		w := 128
 		if len(workers) > 0 {
@@ -406,8 +409,17 @@ func mainCode() int {
 			fmt.Fprintf(os.Stderr, "bench: failover: %v\n", err)
 			return 1
 		}
-		r.print(os.Stdout)
+		fo = &r
 		if len(plan) == 0 {
+			printResults(os.Stdout, fo, nil)
+			if *markdownPath != "" {
+				m := thisMachine(os.Args[1:], suiteStart)
+				m.Took = time.Since(suiteStart)
+				if err := writeMarkdown(*markdownPath, m, fo, nil, nil); err != nil {
+					fmt.Fprintf(os.Stderr, "bench: -markdown: %v\n", err)
+					return 1
+				}
+			}
 			return 0
 		}
 	}
@@ -471,12 +483,7 @@ func mainCode() int {
 	fmt.Fprintf(os.Stderr, "bench: %d runs in %v\n\n", len(results), time.Since(start).Round(100*time.Millisecond))
 	writeHeapProfile("")
 
-	if len(results) > 0 {
-		printTable(os.Stdout, results)
-		printRatios(os.Stdout, results)
-		printDegradedRatios(os.Stdout, results)
-		printShards(os.Stdout, results)
-	}
+	printResults(os.Stdout, fo, results)
 	code := 0
 	if err != nil {
 		code = 1
@@ -484,15 +491,33 @@ func mainCode() int {
 			code = 130
 		}
 	}
+	var wroteJSON, wrotePlot string // for -markdown's links
 	if *jsonPath != "" && len(results) > 0 {
 		if err := writeJSON(*jsonPath, results); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: -json: %v\n", err)
 			code = 1
+		} else {
+			wroteJSON = *jsonPath
 		}
 	}
 	if *plotPath != "" && len(results) > 0 {
 		if err := writePlot(*plotPath, results, clients, *duration); err != nil {
 			fmt.Fprintf(os.Stderr, "bench: -plot: %v\n", err)
+			code = 1
+		} else {
+			wrotePlot = *plotPath
+		}
+	}
+	if *markdownPath != "" && (len(results) > 0 || fo != nil) {
+		m := thisMachine(os.Args[1:], suiteStart)
+		m.Took = time.Since(suiteStart)
+		vctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		m.Redis = adm.version(vctx)
+		cancel()
+		m.JSON, m.Plot = relTo(*markdownPath, wroteJSON), relTo(*markdownPath, wrotePlot)
+		runErr := err
+		if err := writeMarkdown(*markdownPath, m, fo, results, runErr); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -markdown: %v\n", err)
 			code = 1
 		}
 	}

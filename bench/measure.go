@@ -117,6 +117,23 @@ func (a *admin) flushAll(ctx context.Context) error {
 	return engine.MarkNew(ctx, engine.Config{Nodes: live})
 }
 
+// version is the redis_version of the first live node (INFO server); ""
+// when it cannot be read.
+func (a *admin) version(ctx context.Context) string {
+	for i, c := range a.clients {
+		if a.dead[i] {
+			continue
+		}
+		info, err := c.Do(ctx, c.B().Info().Section("server").Build()).ToString()
+		if err != nil {
+			return ""
+		}
+		v, _ := redisinfo.Field(info, "redis_version")
+		return v
+	}
+	return ""
+}
+
 // server reads, over the live nodes, the CPU they used (used_cpu_sys and
 // used_cpu_user from INFO cpu) and the commands they ran
 // (total_commands_processed from INFO stats), in one INFO per node.
