@@ -77,7 +77,7 @@ func clientLabel(name string) string {
 // idle: tuned rueidis is for many concurrent callers.)
 //
 // Chosen by measuring raw-tuned, uncontended, 1000 resources, 2s runs, on
-// the 2-core machine of the README (client and nodes sharing the cores):
+// the 2-core machine of docs/PERFORMANCE-NOTES.md (client and nodes sharing the cores):
 // cycles/s, the median of runs that vary by up to ±20%:
 //
 //	multiplex  delay   runs   1 node: 128  512 workers   5 nodes: 128  512

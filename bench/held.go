@@ -36,7 +36,7 @@ const (
 func heldHold(d time.Duration) time.Duration { return max(d, 2*heldTTL) }
 
 // heldDrift is the engine's drift allowance for heldTTL with the default
-// DriftFactor: TTL·DriftFactor + 2ms (README, "How it works"). An Until is
+// DriftFactor: TTL·DriftFactor + 2ms (docs/DESIGN-NOTES.md, "How it works"). An Until is
 // its round's start + TTL − drift.
 var heldDrift = time.Duration(float64(heldTTL)*engine.DefaultDriftFactor) + 2*time.Millisecond
 
