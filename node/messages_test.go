@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Outcomes print as the words the error texts and the README use.
+// Outcomes print as the words the error texts and docs/GUIDE.md (Errors) use.
 func TestOutcomeString(t *testing.T) {
 	for _, tt := range []struct {
 		o    Outcome
