@@ -191,7 +191,7 @@ type Config struct {
 	// running. Default: a system of the engine's own, silent unless Logger
 	// is set.
 	ActorSystem *actor.ActorSystem
-	// MeterProvider makes the engine's metrics (the README lists them;
+	// MeterProvider makes the engine's metrics (docs/OBSERVABILITY.md lists them;
 	// their names are a contract). Default: otel.GetMeterProvider(), a
 	// no-op until the application sets one.
 	MeterProvider metric.MeterProvider
