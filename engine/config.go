@@ -199,6 +199,9 @@ type Config struct {
 	// Release call, child of the caller's context. Default:
 	// otel.GetTracerProvider(), a no-op until the application sets one.
 	TracerProvider trace.TracerProvider
+
+	// clock, if set, is the leases' clock (tests): lease.Clock.
+	clock lease.Clock
 }
 
 // withDefaults returns c with its zero fields set to the defaults.

@@ -95,7 +95,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e.lines.watch(e.nodes)
 	e.leases = lease.NewPool(e.system, e.dispatch, idleLeaseActors, lease.Shared{Nodes: e.pids, Addrs: cfg.Nodes,
-		DriftFactor: cfg.DriftFactor, EventBuffer: cfg.EventBuffer, Logger: cfg.Logger, Owner: (*leaseOwner)(e)})
+		DriftFactor: cfg.DriftFactor, EventBuffer: cfg.EventBuffer, Logger: cfg.Logger, Owner: (*leaseOwner)(e), Clock: cfg.clock})
 	e.tel.observe(e)
 	return e, nil
 }

@@ -73,23 +73,37 @@ func (l *Lease) Until() time.Time {
 // even when the timer fires late on a loaded machine; Until remains the
 // validity deadline. It is closed exactly once: by the lease actor, or,
 // when the deadline ends the lease, by the actor's deadline timer on its
-// own goroutine, so that a busy actor cannot delay it.
+// own goroutine, so that a busy actor cannot delay it, or by a call of
+// Done, Err or Context's Err or Done made once that end has come on the
+// monotonic clock, before the timer ran: after a pause of the process
+// (SIGSTOP, a long GC, a virtual machine's), the holder that asks first
+// learns that its lease is gone. (A channel got from Done before the
+// pause closes when the timer runs, within a scheduler's round after
+// the process goes on: ask again rather than keep it across long work.)
 func (l *Lease) Done() <-chan struct{} {
 	if l == nil {
 		return closedDone
 	}
+	l.due()
 	return l.state.Done()
 }
 
 // Err is nil while the lease is held; after Done closed it says why it
 // ended: ErrReleased, ErrExpired or ErrLeaseLost (and ErrClosed with
-// ErrReleased when the engine closed).
+// ErrReleased when the engine closed). It reads the monotonic clock: it
+// is not nil once the lease's end (see Done) has come, whether or not
+// the deadline's timer has run.
 func (l *Lease) Err() error {
 	if l == nil {
 		return ErrNotAcquired
 	}
+	l.due()
 	return l.state.Err()
 }
+
+// due ends the lease if its end has come on the leases' clock, before
+// its deadline timer ran.
+func (l *Lease) due() { l.ref.ExpireIfDue(l.state) }
 
 // Release deletes the lease's key on every node that holds it with this
 // lease's value (another owner's key is never touched) and ends the lease
@@ -217,10 +231,30 @@ func (l *Lease) Context() context.Context {
 	}
 	l.ctxOnce.Do(func() {
 		ctx, cancel := context.WithCancelCause(context.Background())
-		l.ctx = ctx
+		l.ctx = leaseContext{ctx, l}
 		l.state.AfterEnd(func() { cancel(l.state.Err()) })
 	})
 	return l.ctx
+}
+
+// leaseContext is a lease's Context: a context cancelled when the lease
+// ends, whose Err and Done also end the lease if its end has come on the
+// monotonic clock before its deadline timer ran (see Done). The lease
+// ends on this goroutine then, and cancels the context before Err
+// returns. context.Cause finds the cancelled context within.
+type leaseContext struct {
+	context.Context
+	l *Lease
+}
+
+func (c leaseContext) Err() error {
+	c.l.due()
+	return c.Context.Err()
+}
+
+func (c leaseContext) Done() <-chan struct{} {
+	c.l.due()
+	return c.Context.Done()
 }
 
 // WithContext returns a copy of parent that is also cancelled when the

@@ -137,6 +137,22 @@ func (r Ref) Ask(msg any) {
 // Post posts msg to the lease's actor, which a dispatcher worker runs.
 func (r Ref) Post(msg any) { r.b.post(msg) }
 
+// ExpireIfDue ends st, the lease of r's actor, as its deadline timer
+// would, if its end (EndMargin before Until) has come on the pool's
+// clock, and tells the actor: for a holder that asks whether its lease
+// is held before the timer ran, as after a pause of the process
+// (SIGSTOP, a long GC, a virtual machine's), when the monotonic clock
+// has moved on and the timer's goroutine has not run yet. (While st has
+// not ended, r's actor is st's.)
+func (r Ref) ExpireIfDue(st *State) {
+	if st.Ended() {
+		return
+	}
+	if now := r.b.pool.clock.Now(); !now.Before(st.ends()) && st.expireIfDue(now) {
+		r.b.post(expired)
+	}
+}
+
 // Run runs the lease's actor on the calling goroutine: see Start and
 // Offer. A no-op on the zero Ref.
 func (r Ref) Run() {

@@ -214,7 +214,7 @@ func (s *State) setAtDeadline(err error) {
 // expireIfDue ends the lease with its deadline error if its end (margin
 // before the deadline) has come. It runs on the deadline timer's
 // goroutine, so that Done closes on time however busy the actor's mailbox
-// is.
+// is, and for Ref.ExpireIfDue.
 func (s *State) expireIfDue(now time.Time) bool {
 	s.mu.Lock()
 	if s.ended.Load() || now.Before(s.ends()) {
