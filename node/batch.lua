@@ -215,11 +215,12 @@ local function epochHolds()
   if epochOK == nil then
     epochOK = ARGV[1] == ''
     if not epochOK then
-      local replid, run, losses, debug = string.match(ARGV[1], '^(%x+) (%x+) (%d+)(.*)$')
-      local lineage = replid .. ' ' .. run .. ' ' .. losses
+      local replid, run, losses, db, debug = string.match(ARGV[1], '^(%x+) (%x+) (%d+) (%d+)(.*)$')
+      local lineage = replid .. ' ' .. run .. ' ' .. losses .. ' ' .. db
       if redis.call('GET', KEYS[1]) == lineage then
         local info = redis.call('INFO', 'replication')
-        epochOK = string.find(info, 'master_replid:' .. replid .. '\r', 1, true) ~= nil
+        epochOK = string.find(info, 'master_replid:' .. replid .. '\r', 1, true) ~= nil and
+          string.find(info, 'role:master\r', 1, true) ~= nil
         if epochOK and debug == ' debug' then
           local lossCommands = {'flushall', 'flushdb', 'swapdb', 'debug'}
           local stats, n = redis.call('INFO', 'commandstats'), 0

@@ -61,14 +61,21 @@
 // carrying an old marker, and a connection can outlive the process behind
 // it. So what an engine trusts is a dataset's lineage (Info.Lineage):
 //
-//	<master_replid> <run_id> <losses>
+//	<master_replid> <run_id> <losses> <db>
 //
 // master_replid names the dataset's replication history: Redis draws a new
 // one at every start, at every promotion (REPLICAOF NO ONE, a failover) and
 // takes its primary's at a full resync. run_id names the process. losses
 // counts the process's FLUSHALL, FLUSHDB, SWAPDB and DEBUG calls
 // (lossCommands, from INFO commandstats): the ways to empty or replace a
-// dataset in place. The epoch marker, a key without a TTL, holds the
+// dataset in place. db is the database the engine's connection selected
+// (ClientOption.SelectDB): the marker names what it marks, so that two
+// deployments on one server, in two databases with the same KeyPrefix
+// (staging beside production), write different markers, and a SWAPDB that
+// hands one's data to the other is met by a marker naming the other
+// database, which no batch trusts (the engine's word for the database: a
+// script cannot read it; the deployment is its KeyPrefix, which names the
+// marker's key). The epoch marker, a key without a TTL, holds the
 // lineage an engine judged safe. It is written only after a quarantine
 // (or by MarkNew, for new nodes) and only while the lineage and the count
 // of evicted keys are still those the probe found (epoch.lua): a loss
@@ -84,9 +91,13 @@
 // engine's monotonic clock: nothing is dated by the node's clock or
 // uptime (a clock stepped after a restart would end a quarantine early).
 // Every batch that carries an acquire or may grant also requires, in the
-// script, the marker of the lineage last probed and the running
-// process's master_replid (one INFO replication per such batch, a few
-// microseconds of the node's time) and, on a process that may run DEBUG
+// script, the marker of the lineage last probed, the running process's
+// master_replid, and that the process is a master (role:master: one INFO
+// replication per such batch, a few microseconds of the node's time; a
+// replica made writable, replica-read-only no, and resynced from its own
+// replica keeps its run id, replication id, losses and marker, and takes
+// writes: only its role tells, and it must tell in the batch, not at
+// the next probe) and, on a process that may run DEBUG
 // (enable-debug-command is not "no": an immutable setting the probe
 // reads; or unknown, where an ACL denies CONFIG GET), its losses too (INFO commandstats, tens of microseconds: on 5
 // test nodes on 2 cores a single caller's cycle went from 229 to 385µs
@@ -104,7 +115,10 @@
 //   - FLUSHALL, FLUSHDB (ASYNC or not): the marker goes with the keys; the
 //     probe sees losses rise, so a marker another engine writes meanwhile
 //     does not hide it.
-//   - SWAPDB: the marker leaves the database with the keys; losses rise.
+//   - SWAPDB: the marker leaves the database with the keys; losses rise
+//     (read by the next probe, or the next batch with DEBUG on), and the
+//     marker that comes in names the other database, which the next
+//     batch refuses.
 //   - in-place reload (DEBUG RELOAD, DEBUG LOADAOF): same process, same
 //     replication id, and the marker comes back from the snapshot; only
 //     losses rise, which the next batch's check reads. (The safety
@@ -112,9 +126,10 @@
 //     them.) DEBUG is off by default in Redis 7, and DEBUG SLEEP counts
 //     too: Redis counts all of DEBUG's subcommands as one.
 //   - full resync from another primary (made a replica): refused while a
-//     replica (writes fail, and the probe marks the node down); its
+//     replica, by every batch (role:master) and by the probe; its
 //     promotion draws a new replication id, so the copied marker no
-//     longer matches.
+//     longer matches. A writable replica resynced from its own replica
+//     keeps every other name, and is refused for its role alone.
 //   - promotion of a replica behind the node's address (a failover), or
 //     a Sentinel master set's failover (Target): a new replication id; its
 //     data may lack the old primary's last writes. A master set's Conn

@@ -68,6 +68,8 @@ type Info struct {
 	// Epoch is the epoch marker: the lineage of the dataset that an engine
 	// last judged safe, "" when there is none.
 	Epoch string
+	// DB is the database the connection selected (ClientOption.SelectDB).
+	DB int
 	// Evicts is the node's maxmemory-policy when it may evict lock keys (a
 	// maxmemory is set and the policy is not noeviction), "" otherwise.
 	Evicts string
@@ -93,12 +95,13 @@ type Info struct {
 }
 
 // Lineage names the node's dataset as it is now: its replication history,
-// its process, and how many times that process flushed, swapped or
-// reloaded it. It changes whenever the dataset may have lost keys other
+// its process, how many times that process flushed, swapped or reloaded
+// it, and the database the engine selected in it (see the package doc,
+// Identity). It changes whenever the dataset may have lost keys other
 // than by expiry or eviction (see the package doc), and it is what the
 // epoch marker holds.
 func (i Info) Lineage() string {
-	return i.ReplID + " " + i.RunID + " " + strconv.FormatInt(i.Losses, 10)
+	return i.ReplID + " " + i.RunID + " " + strconv.FormatInt(i.Losses, 10) + " " + strconv.Itoa(i.DB)
 }
 
 // Trusted reports whether the node's dataset is the one an engine last
@@ -201,7 +204,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 		}
 	}
 	multi, exec := res[pMulti].Error(), res[pExec].Error()
-	info := Info{RTT: rtt, Addr: c.Addr(), Split: c.splitMasters(), NoTransactions: multi != nil || exec != nil}
+	info := Info{RTT: rtt, Addr: c.Addr(), Split: c.splitMasters(), NoTransactions: multi != nil || exec != nil, DB: c.opt.SelectDB}
 	info.ConnID, _ = res[pClientID].AsInt64()
 	server, _ := res[pServer].ToString()
 	repl, _ := res[pReplication].ToString()
@@ -292,7 +295,7 @@ func markArgs(info Info, checkEvicted bool) []string {
 	if checkEvicted {
 		evicted = strconv.FormatInt(info.Evicted, 10)
 	}
-	return append([]string{info.Lineage(), evicted}, lossCommands...)
+	return append([]string{info.Lineage(), evicted, strconv.Itoa(info.DB)}, lossCommands...)
 }
 
 // health is what the node actor knows of its node.

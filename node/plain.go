@@ -120,16 +120,18 @@ func epochHolds(epoch, marker string, ok bool, replication, commandstats string)
 		return true
 	}
 	lineage, debug := strings.CutSuffix(epoch, debugSuffix)
-	replid, rest, _ := strings.Cut(lineage, " ")
-	_, lost, _ := strings.Cut(rest, " ")
-	if !ok || marker != lineage {
+	parts := strings.Fields(lineage) // replid, run id, losses, db: Info.Lineage
+	if !ok || marker != lineage || len(parts) != 4 {
 		return false
 	}
-	if id, _ := redisinfo.Field(replication, "master_replid"); id != replid {
+	if id, _ := redisinfo.Field(replication, "master_replid"); id != parts[0] {
+		return false
+	}
+	if role, _ := redisinfo.Field(replication, "role"); role != "master" {
 		return false
 	}
 	if debug {
-		n, err := strconv.ParseInt(lost, 10, 64)
+		n, err := strconv.ParseInt(parts[2], 10, 64)
 		return err == nil && losses(commandstats) == n
 	}
 	return true
