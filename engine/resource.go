@@ -114,9 +114,14 @@ type gate struct {
 
 // refusalCost is how long a caller of TryAcquire refused in the engine
 // waits per refused caller waiting in the engine: some ten times the CPU
-// a refusal costs, so that refusals retried at once take about a tenth
-// of a core at most, however many callers loop.
-const refusalCost = 50 * time.Microsecond
+// a refusal costs (its wake-up, its next join, its refusal: ~5us), so
+// that refusals retried at once take about a tenth of a core at most,
+// however many callers loop (1,000 callers on held resources: each
+// refusal waits some 50ms), and a lone refused caller waits about a
+// round trip to a node on loopback. The race detector makes all of it
+// some ten times costlier, the wait too: at 50us there, 1,000 callers
+// beside other tests made extensions miss the node timeout.
+const refusalCost = 50 * time.Microsecond * raceSlowdown
 
 // refuse: t, a caller of TryAcquire, is refused; it is told when the gate
 // opens. The gate is kept in the shard, not in the actor: most resources
