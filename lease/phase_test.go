@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -74,4 +75,15 @@ func TestUndeclaredMovePanics(t *testing.T) {
 	a.body = &body{}
 	a.phase = held
 	a.to(acquiring)
+}
+
+// An event that is not Woken prints its Wake as "none", not WakeCause(0)
+// (issue 45: %+v of an Acquired event showed Wake:WakeCause(0)).
+func TestWakeCauseZeroIsNone(t *testing.T) {
+	if got := fmt.Sprintf("%+v", Event{Kind: Acquired}); !strings.Contains(got, "Wake:none") {
+		t.Fatalf("an Acquired event prints %s", got)
+	}
+	if got := WakeRelease.String(); got != "release" {
+		t.Fatalf("WakeRelease prints %q", got)
+	}
 }

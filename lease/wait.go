@@ -89,8 +89,13 @@ const (
 
 var wakeNames = [...]string{WakeRelease: "release", WakeExpiry: "expiry", WakeFallback: "fallback", WakeRecheck: "recheck", WakeSplit: "split"}
 
+// String names the cause; "none" for the zero WakeCause, which every
+// event but Woken carries.
 func (c WakeCause) String() string {
-	if c > 0 && int(c) < len(wakeNames) {
+	switch {
+	case c == 0:
+		return "none"
+	case int(c) < len(wakeNames):
 		return wakeNames[c]
 	}
 	return fmt.Sprintf("WakeCause(%d)", uint8(c))
