@@ -62,133 +62,137 @@ const clusterMasters = 3
 // clusterFaultLimit bounds a cluster fault.
 const clusterFaultLimit = 20 * time.Second
 
-// onClusters reports whether a fault of kind hits clusters (and only
-// them).
-func onClusters(kind string) bool {
-	switch kind {
-	case FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot, FaultShardFlush:
-		return true
-	}
-	return false
-}
+// shardFault is the injector of a cluster kind: on cluster k, on the
+// shard of slot, a resource's the workers use, which master serves.
+type shardFault func(r *run, ctx context.Context, rng *rand.Rand, k int, hold time.Duration, c *redisproc.RedisCluster, slot int, master *redisproc.Node) error
 
-// clusterFault injects a fault of kind on cluster k, on the shard of a
-// resource the workers use.
-func (r *run) clusterFault(ctx context.Context, rng *rand.Rand, kind string, k int, hold time.Duration) error {
-	c := r.clusters[k]
-	// A cluster that does not settle (a server not yet back in it) is
-	// not waited for past clusterFaultLimit.
-	ctx, cancel := context.WithTimeout(ctx, clusterFaultLimit)
-	defer cancel()
-	slot := hashslot.Of(lockKey(fmt.Sprintf("res-%d", rng.IntN(r.cfg.Resources))))
-	master, err := c.MasterOf(ctx, slot)
-	if err != nil {
-		return err
-	}
-	switch kind {
-	case FaultShardFailover:
-		stop, err := r.lag(ctx)
+// onShard is the injector of f on the shard of a resource the workers
+// use, picked at random.
+func onShard(f shardFault) injector {
+	return func(r *run, ctx context.Context, rng *rand.Rand, k int, hold time.Duration) error {
+		c := r.clusters[k]
+		// A cluster that does not settle (a server not yet back in it) is
+		// not waited for past clusterFaultLimit.
+		ctx, cancel := context.WithTimeout(ctx, clusterFaultLimit)
+		defer cancel()
+		slot := hashslot.Of(lockKey(fmt.Sprintf("res-%d", rng.IntN(r.cfg.Resources))))
+		master, err := c.MasterOf(ctx, slot)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		r.nodesDown.Add(1) // its slots quarantined once the engines meet the new master
-		defer r.nodesDown.Add(-1)
-		mode := []string{"FORCE", "TAKEOVER"}[rng.IntN(2)]
-		_, err = c.FailoverLosingWrites(ctx, master, mode, func(*redisproc.Node) error {
-			sleep(ctx, hold) // leases come and go on the master alone
-			return nil
-		})
-		r.restarted[k] = time.Now()
+		return f(r, ctx, rng, k, hold, c, slot, master)
+	}
+}
+
+func (r *run) shardFailover(ctx context.Context, rng *rand.Rand, k int, hold time.Duration, c *redisproc.RedisCluster, slot int, master *redisproc.Node) error {
+	stop, err := r.lag(ctx)
+	if err != nil {
 		return err
-	case FaultShardKill:
+	}
+	defer stop()
+	r.nodesDown.Add(1) // its slots quarantined once the engines meet the new master
+	defer r.nodesDown.Add(-1)
+	mode := []string{"FORCE", "TAKEOVER"}[rng.IntN(2)]
+	_, err = c.FailoverLosingWrites(ctx, master, mode, func(*redisproc.Node) error {
+		sleep(ctx, hold) // leases come and go on the master alone
+		return nil
+	})
+	r.restarted[k] = time.Now()
+	return err
+}
+
+func (r *run) shardKill(ctx context.Context, rng *rand.Rand, k int, hold time.Duration, c *redisproc.RedisCluster, slot int, master *redisproc.Node) error {
+	return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+		r.nodesDown.Add(1)
+		defer r.nodesDown.Add(-1)
+		killed, err := c.KillLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() })
+		if killed == nil {
+			return err
+		}
+		return errors.Join(err, r.restart(k, killed.Restart)) // empty: no persistence
+	})
+}
+
+func (r *run) slotMigration(ctx context.Context, rng *rand.Rand, k int, hold time.Duration, c *redisproc.RedisCluster, slot int, master *redisproc.Node) error {
+	// other is a master that does not serve slot, at random.
+	other := func(slot int) (*redisproc.Node, error) {
+		from, err := c.MasterOf(ctx, slot)
+		if err != nil {
+			return nil, err
+		}
+		masters, err := c.Masters(ctx)
+		if err != nil {
+			return nil, err
+		}
+		masters = slices.DeleteFunc(masters, func(m *redisproc.Node) bool { return m == from })
+		if len(masters) == 0 {
+			return nil, errors.New("no other master")
+		}
+		return masters[rng.IntN(len(masters))], nil
+	}
+	switch rng.IntN(3) {
+	case 0:
+		to, err := other(slot)
+		if err != nil {
+			return err
+		}
+		return c.MigrateSlot(ctx, slot, to)
+	case 1:
+		// A slot moves out of a shard that has just lost a lease's
+		// key (restarted from a snapshot), before the engines'
+		// quarantine of that shard ended: the master it moves to
+		// must not grant it.
 		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
 			r.nodesDown.Add(1)
 			defer r.nodesDown.Add(-1)
-			killed, err := c.KillLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() })
-			if killed == nil {
-				return err
-			}
-			return errors.Join(err, r.restart(k, killed.Restart)) // empty: no persistence
-		})
-	case FaultSlotMigration:
-		// other is a master that does not serve slot, at random.
-		other := func(slot int) (*redisproc.Node, error) {
-			from, err := c.MasterOf(ctx, slot)
-			if err != nil {
-				return nil, err
-			}
-			masters, err := c.Masters(ctx)
-			if err != nil {
-				return nil, err
-			}
-			masters = slices.DeleteFunc(masters, func(m *redisproc.Node) bool { return m == from })
-			if len(masters) == 0 {
-				return nil, errors.New("no other master")
-			}
-			return masters[rng.IntN(len(masters))], nil
-		}
-		switch rng.IntN(3) {
-		case 0:
 			to, err := other(slot)
 			if err != nil {
 				return err
 			}
-			return c.MigrateSlot(ctx, slot, to)
-		case 1:
-			// A slot moves out of a shard that has just lost a lease's
-			// key (restarted from a snapshot), before the engines'
-			// quarantine of that shard ended: the master it moves to
-			// must not grant it.
-			return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
-				r.nodesDown.Add(1)
-				defer r.nodesDown.Add(-1)
-				to, err := other(slot)
-				if err != nil {
-					return err
-				}
-				if _, err := c.SnapshotRestartLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() }); err != nil {
-					return err
-				}
-				r.restarted[k] = time.Now()
-				for range 50 { // until the restarted master serves again
-					if err = c.MigrateSlot(ctx, slot, to); err == nil || !sleep(ctx, 100*time.Millisecond) {
-						break
-					}
-				}
-				return err
-			})
-		}
-		// The same, the lease's key flushed, into a master that owes
-		// loseLease's B its own mark: that mark must not write the
-		// slot's over the one the slot came with.
-		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
-			to, err := other(slot)
-			if err != nil {
+			if _, err := c.SnapshotRestartLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() }); err != nil {
 				return err
 			}
-			if err := r.flushAhead(ctx, k, to); err != nil {
-				return err
-			}
-			if err := flushLosing(ctx, rng, c, slot, write); err != nil {
-				return err
-			}
-			return c.MigrateSlot(ctx, slot, to)
-		})
-	case FaultShardSnapshot:
-		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
-			r.nodesDown.Add(1)
-			defer r.nodesDown.Add(-1)
-			_, err := c.SnapshotRestartLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() })
 			r.restarted[k] = time.Now()
+			for range 50 { // until the restarted master serves again
+				if err = c.MigrateSlot(ctx, slot, to); err == nil || !sleep(ctx, 100*time.Millisecond) {
+					break
+				}
+			}
 			return err
 		})
-	case FaultShardFlush:
-		return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
-			return flushLosing(ctx, rng, c, slot, write)
-		})
 	}
-	return fmt.Errorf("no cluster fault %q", kind)
+	// The same, the lease's key flushed, into a master that owes
+	// loseLease's B its own mark: that mark must not write the
+	// slot's over the one the slot came with.
+	return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+		to, err := other(slot)
+		if err != nil {
+			return err
+		}
+		if err := r.flushAhead(ctx, k, to); err != nil {
+			return err
+		}
+		if err := flushLosing(ctx, rng, c, slot, write); err != nil {
+			return err
+		}
+		return c.MigrateSlot(ctx, slot, to)
+	})
+}
+
+func (r *run) shardSnapshot(ctx context.Context, rng *rand.Rand, k int, hold time.Duration, c *redisproc.RedisCluster, slot int, master *redisproc.Node) error {
+	return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+		r.nodesDown.Add(1)
+		defer r.nodesDown.Add(-1)
+		_, err := c.SnapshotRestartLosingWrites(ctx, slot, func(*redisproc.Node) error { return write() })
+		r.restarted[k] = time.Now()
+		return err
+	})
+}
+
+func (r *run) shardFlush(ctx context.Context, rng *rand.Rand, k int, hold time.Duration, c *redisproc.RedisCluster, slot int, master *redisproc.Node) error {
+	return r.loseLease(ctx, rng, k, func(slot int, write func() error) error {
+		return flushLosing(ctx, rng, c, slot, write)
+	})
 }
 
 // flushLosing takes loseLease's lease (write), then empties the master of

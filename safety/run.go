@@ -108,16 +108,6 @@ const (
 	FaultACL = "acl"
 )
 
-// Kinds returns every fault kind Run knows.
-func Kinds() []string {
-	return []string{FaultKillRestart, FaultPause, FaultSlowLink, FaultMajorityPause, FaultBareMajority,
-		FaultScriptFlush, FaultDebugSleep, FaultSnapshotRestart, FaultIdleEngine, FaultNewEngine,
-		FaultClientKill, FaultPubSubKill, FaultClockJump, FaultEviction, FaultFailover,
-		FaultFlush, FaultRepromote, FaultFailback, FaultReload, FaultProxySwitch, FaultClockStep,
-		FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease, FaultHeal, FaultSentinelFailover, FaultACL,
-		FaultShardFailover, FaultShardKill, FaultSlotMigration, FaultShardSnapshot, FaultShardFlush}
-}
-
 // Node kinds, as Config.Topology names them.
 const (
 	// Standalone: one redis-server process, reached through a proxy.
@@ -135,19 +125,6 @@ const (
 	// replica each, reached by its nodes (cluster://...).
 	ClusterNode = "cluster"
 )
-
-// hits is the kind of node a fault of kind hits (and only those):
-// Sentinel for master sets, ClusterNode for clusters, Standalone for the
-// others, most of them through the node's proxy.
-func hits(kind string) string {
-	switch {
-	case kind == FaultSentinelFailover:
-		return Sentinel
-	case onClusters(kind):
-		return ClusterNode
-	}
-	return Standalone
-}
 
 // kindOf is the kind of node i, as hits names it.
 func (r *run) kindOf(i int) string {
@@ -933,7 +910,7 @@ func (r *run) latency(d time.Duration, down bool) {
 
 // inject breaks nodes, one fault at a time: each round injects every
 // chosen kind once, in random order (kill+restart, pause and slow link
-// twice), with a short calm between faults. A fault that could not be
+// twice: the registry's perRound), with a short calm between faults. A fault that could not be
 // injected (its own engine not connected in time, its lease refused by
 // what the fault before it left) is tried once more at the end of the
 // round: on a loaded machine a bounded run would otherwise miss kinds.
@@ -942,8 +919,8 @@ func (r *run) inject(ctx context.Context) {
 	rng := r.rand(0)
 	var round []string
 	for _, k := range r.cfg.Kinds {
-		round = append(round, k)
-		if k == FaultKillRestart || k == FaultPause || k == FaultSlowLink {
+		f, _ := kindNamed(k)
+		for range max(f.perRound, 1) {
 			round = append(round, k)
 		}
 	}
@@ -1015,122 +992,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // fault injects one fault of kind on node k (and the next ones, for
-// faults that hit several), or says why it could not.
+// faults that hit several), by its injector in the registry, or says why
+// it could not.
 func (r *run) fault(ctx context.Context, rng *rand.Rand, kind string, k int) error {
-	n := r.cluster.Nodes[k]
+	f, ok := kindNamed(kind)
+	if !ok {
+		return fmt.Errorf("safety: no fault kind %q", kind)
+	}
 	hold := time.Duration(150+rng.IntN(450)) * time.Millisecond
-	// next is the j-th node of kind's after k (for faults that hit several).
-	on := r.nodesFor(kind)
-	next := func(j int) int { return on[(slices.Index(on, k)+j)%len(on)] }
-	if onClusters(kind) { // one list of the cluster kinds: onClusters
-		return r.clusterFault(ctx, rng, kind, k, hold) // cluster_faults.go
-	}
-	switch kind {
-	case FaultKillRestart:
-		r.nodesDown.Add(1)
-		defer r.nodesDown.Add(-1)
-		_ = n.Kill()
-		sleep(ctx, hold)
-		return r.restart(k, n.Restart) // empty: no persistence
-	case FaultPause:
-		r.nodesDown.Add(1)
-		_ = n.Pause()
-		sleep(ctx, hold)
-		_ = n.Resume()
-		r.nodesDown.Add(-1)
-	case FaultMajorityPause: // no quorum for a while: leases are lost, none granted
-		paused := min(3, len(on))
-		r.nodesDown.Add(int32(paused))
-		for j := range paused {
-			_ = r.cluster.Nodes[next(j)].Pause()
-		}
-		sleep(ctx, r.cfg.TTL+hold)
-		for j := range paused {
-			_ = r.cluster.Nodes[next(j)].Resume()
-		}
-		r.nodesDown.Add(int32(-paused))
-	case FaultBareMajority:
-		// The Redlock critique's case: with two nodes dead, leases live
-		// on exactly three; one of those loses its data, and the dead
-		// two come back empty. Only restart quarantine keeps a
-		// contender from taking those three while a holder holds.
-		a, b, c := k, next(1), next(2)
-		r.nodesDown.Add(2)
-		_, _ = r.cluster.Nodes[a].Kill(), r.cluster.Nodes[b].Kill()
-		sleep(ctx, hold)
-		_ = r.cluster.Nodes[c].Kill()
-		var errs []error
-		for _, i := range []int{c, a, b} {
-			errs = append(errs, r.restart(i, r.cluster.Nodes[i].Restart))
-		}
-		r.nodesDown.Add(-2)
-		return errors.Join(errs...)
-	case FaultSlowLink:
-		r.proxies[k].SetDelay(time.Duration(5+rng.IntN(60)) * time.Millisecond)
-		sleep(ctx, hold)
-		r.proxies[k].SetDelay(0)
-	case FaultScriptFlush:
-		_, err := n.Do(ctx, "SCRIPT", "FLUSH")
-		return err
-	case FaultClientKill:
-		_, err := n.Do(ctx, "CLIENT", "KILL", "TYPE", "normal")
-		return err
-	case FaultPubSubKill:
-		_, err := n.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub")
-		return err
-	case FaultDebugSleep:
-		woke, err := n.Stall(time.Duration(50+rng.IntN(250)) * time.Millisecond)
-		if err != nil {
-			return err
-		}
-		r.nodesDown.Add(1)
-		select {
-		case <-woke:
-		case <-ctx.Done():
-		}
-		r.nodesDown.Add(-1)
-	case FaultSnapshotRestart:
-		if err := n.Save(ctx); err != nil {
-			return err
-		}
-		sleep(ctx, hold/2) // leases come and go after the snapshot
-		r.nodesDown.Add(1)
-		defer r.nodesDown.Add(-1)
-		return r.restart(k, n.RestartFromSnapshot)
-	case FaultIdleEngine:
-		return r.idleAcquire(ctx, rng, k)
-	case FaultNewEngine:
-		return r.join(ctx)
-	case FaultClockJump:
-		return r.clockJump(ctx, rng, k)
-	case FaultEviction:
-		r.nodesDown.Add(1) // it refuses acquires
-		defer r.nodesDown.Add(-1)
-		return r.evict(ctx, n, hold)
-	case FaultFailover:
-		return r.failover(ctx, k, hold)
-	case FaultFlush:
-		return r.flush(ctx, rng, k)
-	case FaultRepromote:
-		return r.repromote(ctx, k, hold)
-	case FaultFailback:
-		return r.failback(ctx, k, hold)
-	case FaultReload:
-		return r.reload(ctx, k, hold)
-	case FaultProxySwitch:
-		return r.proxySwitch(ctx, rng, k, hold)
-	case FaultClockStep:
-		return r.clockStep(ctx, k)
-	case FaultFenceExpiry, FaultQuarantinedLeave, FaultKilledAfterRelease:
-		return r.grantFault(ctx, rng, kind, k) // grant_faults.go
-	case FaultHeal:
-		return r.heal(ctx, rng, k) // heal_faults.go
-	case FaultSentinelFailover:
-		return r.sentinelFailover(ctx, k, hold)
-	case FaultACL:
-		return r.acl(ctx, rng, k, hold)
-	}
-	return nil
+	return f.inject(r, ctx, rng, k, hold)
 }
 
 // serverOf is the server of node i that holds key: node i's, or, for a
