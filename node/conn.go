@@ -191,6 +191,22 @@ func (c *Conn) splitMasters() []string {
 	return c.split
 }
 
+// redial drops the connection, so that the next probe dials the address
+// again and meets whatever serves it now (a DNS name, or a proxy that
+// sends new connections to the current master, after a failover): a kept
+// connection would meet the demoted master for ever. The client closes
+// on a goroutine of its own: Close waits for its calls in flight, which
+// the node actor must not.
+func (c *Conn) redial() {
+	c.mu.Lock()
+	client := c.client
+	c.client = nil
+	c.mu.Unlock()
+	if client != nil {
+		go client.Close()
+	}
+}
+
 // Close closes the client; the Conn answers ErrStopped after it.
 func (c *Conn) Close() {
 	if c.sentinels != nil {

@@ -532,6 +532,11 @@ func (a *nodeActor) probeDone(m *probed) {
 	}
 	a.health.failures = 0
 	if m.info.Replica {
+		// Dialled again at the next probe: behind one address (a DNS name,
+		// a proxy), a failover leaves this connection with the demoted
+		// master, while new ones reach the new master, met then as at
+		// first sight.
+		a.conn.redial()
 		a.setDown(true, errors.New("the node is a read-only replica"))
 		return
 	}

@@ -468,3 +468,51 @@ func TestScheduleResumeAfterReload(t *testing.T) {
 		h.lastTry("contender", func() (*engine.Lease, error) { return contender().Resume(ctx, resource, value) })
 	})
 }
+
+// 6. "A failover behind one address" (issue 43, liveness). A master and
+// its replica behind one address that sends new connections to the
+// current master (a DNS name, a lazily reconnecting proxy, a managed
+// endpoint); the replica takes over (promoted, the master made its
+// replica) and the address moves, keeping the connections it made. An
+// engine that ran through it must meet the new master within one
+// quarantine, not see a read-only replica at every probe for ever: a node
+// found a replica is dialled again (node.Conn.redial). Before, 11 of 14
+// runs never used the new master within up to 93s.
+func TestScheduleFailoverBehindOneAddress(t *testing.T) {
+	ctx := t.Context()
+	c := redisproc.Start(t, 2)
+	a, b := c.Nodes[0], c.Nodes[1]
+	replicate(t, b, a) // a draws a new replication id: mark after
+	p, err := NewProxy(a.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	const quarantine = time.Second
+	cfg := engine.Config{Nodes: []string{p.Addr()}, TTL: quarantine, RestartQuarantine: quarantine, HealthInterval: 100 * time.Millisecond}
+	if err := engine.MarkNew(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, cfg)
+	l, err := e.Acquire(ctx, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promote(t, b)
+	replicate(t, a, b)
+	p.Retarget(b.Addr())
+	switched := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, 10*quarantine) // a bound, not the measure
+	defer cancel()
+	l, err = e.Acquire(ctx, "after")
+	if err != nil {
+		t.Fatalf("%v after the failover, the engine still does not acquire: %v", time.Since(switched).Round(time.Millisecond), err)
+	}
+	t.Logf("acquired %v after the failover (quarantine %v)", time.Since(switched).Round(time.Millisecond), quarantine)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

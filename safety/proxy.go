@@ -47,6 +47,15 @@ func (p *Proxy) Failover(target string) {
 	}
 }
 
+// Retarget forwards new connections to target and keeps the connections
+// made so far where they go: a DNS name or a lazily reconnecting proxy
+// in front of a master and its replica, after a failover between them.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
 // Close stops listening and cuts every connection.
 func (p *Proxy) Close() {
 	p.ln.Close()
