@@ -285,12 +285,17 @@ func (s *sentinels) close() {
 }
 
 // downFlags reports whether a sentinel's flags for a server say it is
-// down or unreachable: a former master cut off from the sentinels, which
-// only min-replicas-to-write stops from taking writes (see Target).
+// down: a former master cut off from the sentinels, which only
+// min-replicas-to-write stops from taking writes (see Target). Not
+// disconnected: for some 40-130ms after a switch the sentinels list the
+// former master so while their new link to it is not up yet, and it may
+// well still take writes (a new engine that took that for down saw no
+// split, and trusted the new master at once: two holders after a quick
+// failback, at a TTL under two health intervals).
 func downFlags(flags string) bool {
 	for f := range strings.SplitSeq(flags, ",") {
 		switch f {
-		case "s_down", "o_down", "disconnected":
+		case "s_down", "o_down":
 			return true
 		}
 	}

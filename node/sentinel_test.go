@@ -33,7 +33,7 @@ func TestStillMasters(t *testing.T) {
 func TestDownFlags(t *testing.T) {
 	for flags, want := range map[string]bool{
 		"slave": false, "master": false, "slave,s_down": true, "master,o_down,s_down": true,
-		"slave,disconnected": true, "slave,master_down": false,
+		"slave,disconnected": false, "slave,master_down": false, "slave,s_down,disconnected": true,
 	} {
 		if got := downFlags(flags); got != want {
 			t.Errorf("downFlags(%q) = %v, want %v", flags, got, want)
