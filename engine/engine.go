@@ -42,6 +42,7 @@ type Engine struct {
 	mu      sync.Mutex
 	live    map[*lease.State]lease.Ref // leases not yet done
 	nextSub uint64
+	paced   pacer // Stats and Subscribe
 }
 
 // New validates cfg, connects to its nodes and starts the engine's actors.
@@ -597,8 +598,11 @@ type NodeStats struct {
 	Healed uint64
 }
 
-// Stats returns the engine's counters. Safe for concurrent use.
+// Stats returns the engine's counters. Safe for concurrent use. Calls
+// that come faster than one per some 20µs wait their turn (see pacer): a
+// loop of them must not starve the engine's own work.
 func (e *Engine) Stats() Stats {
+	e.paced.wait()
 	e.mu.Lock()
 	s := Stats{Leases: len(e.live), EventsDropped: e.dropped.Load()}
 	e.mu.Unlock()

@@ -89,8 +89,10 @@ func (h *hub) Receive(ctx actor.Context) {
 // the event is dropped for this subscriber and counted in
 // Stats().EventsDropped. A Lease's Done and Err remain the source of truth.
 // Close closes every subscription after the leases' last events; after
-// Close, Subscribe returns a closed channel.
+// Close, Subscribe returns a closed channel. Calls that come faster than
+// one per some 20µs wait their turn, as Stats's do.
 func (e *Engine) Subscribe(buffer int) (events <-chan Event, cancel func()) {
+	e.paced.wait()
 	ch := make(chan Event, max(buffer, 0))
 	e.mu.Lock()
 	if e.closed.Load() {

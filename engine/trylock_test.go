@@ -155,3 +155,38 @@ func TestHeldLeasesKeepScheduleUnderTryLoop(t *testing.T) {
 		t.Fatalf("extensions late by %v (p99), more than a tenth of the TTL", p99)
 	}
 }
+
+// Callers that ask the engine's counters, or subscribe and cancel, in a
+// loop (answers that never block on anything) must not starve its own
+// work either: a worker's cycles all succeed meanwhile. Without the
+// pacer, 64 goroutines calling Stats in a loop made releases time out on
+// a healthy node.
+func TestStatsLoopDoesNotStarveReleases(t *testing.T) {
+	c := startNodes(t, 1)
+	e := newEngine(t, c.Addrs())
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if i%8 != 7 {
+					_ = e.Stats()
+				} else {
+					_, unsubscribe := e.Subscribe(1)
+					unsubscribe()
+				}
+			}
+		})
+	}
+	defer wg.Wait()
+	defer cancel()
+	for i := range 1000 {
+		l, err := e.TryAcquire(t.Context(), "stats-loop")
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		if err := l.Release(t.Context()); err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+	}
+}
