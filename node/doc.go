@@ -164,6 +164,19 @@
 //     new master (the checker's slot migration, into a master flushed
 //     just before: 264 and 447 overlaps in runs of 2 and 3 min with that
 //     put-out reverted; 0 in 5 min with it).
+//   - a slot migration aborted half-way (CLUSTER SETSLOT MIGRATING and
+//     IMPORTING, a lock key moved with MIGRATE, then CLUSTER SETSLOT
+//     STABLE on both): the slot never changes master, its marker stays,
+//     and the key sits orphaned on the other master, where no command for
+//     its slot reaches it. Outside the model, as a DEL of the lock key is:
+//     the key left its master by an operator's MIGRATE, not by a loss of
+//     the dataset, and nothing the master keeps (lineage, losses, marker)
+//     changes, so no check of the node's identity can see it. Redis
+//     Cluster tooling repairs such a state by moving the key back
+//     (redis-cli --cluster fix: safe); an operator who aborts a migration
+//     by hand must move the moved keys back first, or wait a TTL before
+//     the slot serves locks again. (Tried: two holders in 3 of 3 runs
+//     with STABLE; none with --cluster fix.)
 //   - failback to a former primary behind the same address: the marker it
 //     kept names its own lineage, not the one engines last probed there,
 //     so they refuse it. An engine that meets such an address for the first
