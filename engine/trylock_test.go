@@ -23,8 +23,8 @@ import (
 // benchmark, go run ./bench -workload trylock, carries the rate.)
 func TestTryLockLoopReleasesEveryLease(t *testing.T) {
 	c := startNodes(t, 1)
-	e := newEngine(t, c.Addrs())
-	const workers, resources, cycles = 64, 8, 2000
+	e := newEngine(t, c.Addrs(), tolerant)
+	const workers, resources, cycles = 64, 8, 1000
 	var done atomic.Int64
 	var failed atomic.Int64
 	var firstErr atomic.Pointer[error]
@@ -62,6 +62,15 @@ func TestTryLockLoopReleasesEveryLease(t *testing.T) {
 	}
 }
 
+// tolerant gives the node 300ms, not 50: the README's test command runs
+// the safety package's fault runs beside these tests on 2 cores, and a
+// process that gets no CPU for 50ms misses a healthy node's answer
+// whatever its callers do. Callers that starve the engine do not hide
+// behind it: they cost every hop 10ms slices, and before the refusal
+// waited, the loop made no cycle in a minute, which the tests' bounds
+// catch.
+func tolerant(cfg *Config) { cfg.NodeTimeout = 300 * time.Millisecond }
+
 // refusal reports whether err is a single round's refusal: held by
 // another owner (on the nodes, or in this engine), not a timeout.
 func refusal(err error) bool {
@@ -83,8 +92,8 @@ func refusal(err error) bool {
 // bound is the issue's, generous against what an idle engine does.
 func TestHeldLeasesKeepScheduleUnderTryLoop(t *testing.T) {
 	c := startNodes(t, 1)
-	e := newEngine(t, c.Addrs())
-	const ttl, resources, spinners = 1500 * time.Millisecond, 8, 1000
+	e := newEngine(t, c.Addrs(), tolerant)
+	const ttl, resources, spinners = 900 * time.Millisecond, 8, 1000
 	leases := make([]*Lease, resources)
 	for i := range leases {
 		l, err := e.Acquire(t.Context(), "held"+strconv.Itoa(i), WithTTL(ttl), WithAutoExtend(time.Hour))
@@ -163,7 +172,7 @@ func TestHeldLeasesKeepScheduleUnderTryLoop(t *testing.T) {
 // a healthy node.
 func TestStatsLoopDoesNotStarveReleases(t *testing.T) {
 	c := startNodes(t, 1)
-	e := newEngine(t, c.Addrs())
+	e := newEngine(t, c.Addrs(), tolerant)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	for i := range 64 {
@@ -180,7 +189,7 @@ func TestStatsLoopDoesNotStarveReleases(t *testing.T) {
 	}
 	defer wg.Wait()
 	defer cancel()
-	for i := range 1000 {
+	for i := range 300 {
 		l, err := e.TryAcquire(t.Context(), "stats-loop")
 		if err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
