@@ -72,6 +72,12 @@ type scriptArgs struct {
 // granted while the engine listens on channel (Config.Channel); sharded,
 // releases are announced with SPUBLISH (a Redis Cluster's shard).
 func (s *scriptArgs) build(c rueidis.Client, batch []entry, epochKey, epoch, channel string, sharded bool, ttl *millis) rueidis.Completed {
+	s.fill(batch, epochKey, epoch, channel, sharded, ttl)
+	return c.B().Evalsha().Sha1(batchScript.sha).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.args...).Build()
+}
+
+// fill sets the keys and arguments of build's call.
+func (s *scriptArgs) fill(batch []entry, epochKey, epoch, channel string, sharded bool, ttl *millis) {
 	if !queues(batch) {
 		channel = "" // unread: spare the bytes
 	}
@@ -80,7 +86,6 @@ func (s *scriptArgs) build(c rueidis.Client, batch []entry, epochKey, epoch, cha
 	for i := range batch {
 		s.add(&batch[i], ttl)
 	}
-	return c.B().Evalsha().Sha1(batchScript.sha).Numkeys(int64(len(s.keys))).Key(s.keys...).Arg(s.args...).Build()
 }
 
 // queues reports whether a command of batch may queue a waiter or grant

@@ -58,7 +58,7 @@ var commands = []command{
 	{"nodes", "", "each node: state, role, run id, uptime, whether its data is trusted, the restart quarantine an engine would apply now, round trip; exits 1 when fewer than a quorum can serve", runNodes},
 	{"locks", "[PATTERN]", "the lock keys of resources matching PATTERN (a Redis glob, default *), read with SCAN: which nodes hold each, owner, its meta (who holds it: engine.WithMeta), TTL per node, fence counter, and whether a quorum holds it (held) or a minority (debris of a failed attempt)", runLocks},
 	{"mark-new", "", "mark the nodes as new (engine.MarkNew), so that engines use them at once instead of sitting out a restart quarantine; asks first unless -yes, and refuses while any node holds a lock key (leases may be live)", runMarkNew},
-	{"unlock", "RESOURCE", "force RESOURCE's lock free, for a holder dead or stuck: shows which nodes hold its lock key (value SHA1, TTL left), asks unless -yes (and refuses when stdin is not a terminal), then deletes the key on each node where it still holds the value seen; the queue of waiters and the fence counter stay. Needs -reason, printed with the outcome", runUnlock},
+	{"unlock", "RESOURCE", "force RESOURCE's lock free, for a holder dead or stuck: shows which nodes hold its lock key (value SHA1, TTL left), asks unless -yes (and refuses when stdin is not a terminal), then deletes the key on each node where it still holds the value seen, announcing it as a release does: callers already waiting wake at once, in their order; the fence counter stays. Needs -reason, printed with the outcome", runUnlock},
 }
 
 // ios are the command's standard streams.

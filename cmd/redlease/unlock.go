@@ -18,13 +18,6 @@ import (
 	"github.com/redlease/redlease/node"
 )
 
-// unlockScript deletes a lock key that still holds the value seen there.
-//
-//go:embed unlock.lua
-var unlockScript string
-
-var unlockLua = rueidis.NewLuaScript(unlockScript)
-
 // What unlock did on a node.
 const (
 	unlockDeleted = "deleted"     // the key held the value seen, and is gone
@@ -48,17 +41,18 @@ type unlockNodeJSON struct {
 	Result    string `json:"result,omitempty"`
 	Error     string `json:"error,omitempty"`
 
-	value  string
-	client rueidis.Client
+	value   string
+	client  rueidis.Client
+	cluster bool // the node is a Redis Cluster
 }
 
 // runUnlock forces RESOURCE's lock free: it shows which nodes hold its
 // lock key (the value's digest, its meta: who holds it, the TTL left), asks, and deletes the key
-// on each node where it still holds the value seen there. Another owner's
-// key, set since, is kept, and so are the queue of waiters (they find the
-// resource free when they next look: at the latest when the key would
-// have expired), the grants and the fence counter (tokens must still
-// grow). A holder still running believes it holds the lease until its
+// on each node where it still holds the value seen there, announcing it
+// as the holder's own release would (node.Unlock): the callers already
+// waiting for the resource wake at once, in their order, and run their
+// rounds. Another owner's key, set since, is kept, and so are the grants
+// and the fence counter (tokens must still grow). A holder still running believes it holds the lease until its
 // next extension finds the key gone: this is for holders dead or stuck.
 func runUnlock(ctx context.Context, o *options, cfg engine.Config, args []string, s ios) int {
 	if len(args) != 1 {
@@ -70,7 +64,8 @@ func runUnlock(ctx context.Context, o *options, cfg engine.Config, args []string
 		return exitUsage
 	}
 	out := unlockJSON{Resource: args[0], Reason: o.reason, Nodes: make([]unlockNodeJSON, len(cfg.Nodes))}
-	key := node.LockKey(cmp.Or(cfg.KeyPrefix, engine.DefaultKeyPrefix), out.Resource) // an engine's default too
+	prefix := cmp.Or(cfg.KeyPrefix, engine.DefaultKeyPrefix) // an engine's default too
+	key := node.LockKey(prefix, out.Resource)
 	perNode(out.Nodes, func(n *unlockNodeJSON, i int) { n.read(ctx, o, cfg, cfg.Nodes[i], key) })
 	defer perNode(out.Nodes, func(n *unlockNodeJSON, _ int) {
 		if n.client != nil {
@@ -89,7 +84,7 @@ func runUnlock(ctx context.Context, o *options, cfg engine.Config, args []string
 	}
 	perNode(out.Nodes, func(n *unlockNodeJSON, _ int) {
 		if n.value != "" {
-			n.delete(ctx, o, key)
+			n.delete(ctx, o, prefix, key)
 		}
 	})
 	if o.json {
@@ -123,6 +118,7 @@ func (n *unlockNodeJSON) read(ctx context.Context, o *options, cfg engine.Config
 		n.fail(err)
 		return
 	}
+	n.cluster = t.Cluster != nil
 	opt := t.Option(cfg.Client)
 	opt.DisableCache, opt.Dialer.Timeout = true, o.timeout
 	c, err := rueidis.NewClient(opt)
@@ -149,20 +145,29 @@ func (n *unlockNodeJSON) read(ctx context.Context, o *options, cfg engine.Config
 	n.value, n.Digest, n.Meta = value, node.Digest(value), engine.MetaOf(value)
 }
 
-// delete deletes key on the node if it still holds the value read.
-func (n *unlockNodeJSON) delete(ctx context.Context, o *options, key string) {
+// delete deletes key on the node if it still holds the value read, and
+// announces it (node.Unlock).
+func (n *unlockNodeJSON) delete(ctx context.Context, o *options, prefix, key string) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	held, err := unlockLua.Exec(ctx, n.client, []string{key}, []string{n.value}).ToString()
+	deleted, err := node.Unlock(ctx, n.client, prefix, key, n.value, n.cluster)
 	switch {
-	case rueidis.IsRedisNil(err):
-		n.Result = unlockGone
 	case err != nil:
 		n.fail(err)
-	case held != n.value:
-		n.Result, n.Error = unlockKept, "another owner's key since: value sha1 "+node.Digest(held)
-	default:
+	case deleted:
 		n.Result = unlockDeleted
+	default:
+		// What holds it now, for the operator: read after the delete was
+		// refused, not with it.
+		held, err := n.client.Do(ctx, n.client.B().Get().Key(key).Build()).ToString()
+		switch {
+		case rueidis.IsRedisNil(err):
+			n.Result = unlockGone
+		case err != nil:
+			n.fail(err)
+		default:
+			n.Result, n.Error = unlockKept, "another owner's key since: value sha1 "+node.Digest(held)
+		}
 	}
 }
 

@@ -169,15 +169,61 @@ func TestUnlockKeepsANewOwnersKey(t *testing.T) {
 	if err := c.Nodes[0].Set(ctx, "redlease:{r}", "new", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	n.delete(ctx, o, "redlease:{r}")
+	n.delete(ctx, o, "redlease:", "redlease:{r}")
 	if v, _, _ := c.Nodes[0].Get(ctx, "redlease:{r}"); n.Result != unlockKept || v != "new" || !strings.Contains(n.Error, node.Digest("new")) {
 		t.Errorf("after a new owner's set: %s (%s), key %q; want kept, naming the new value, and the key as it was", n.Result, n.Error, v)
 	}
 	if _, err := c.Nodes[0].Do(ctx, "DEL", "redlease:{r}"); err != nil {
 		t.Fatal(err)
 	}
-	n.delete(ctx, o, "redlease:{r}")
+	n.delete(ctx, o, "redlease:", "redlease:{r}")
 	if n.Result != unlockGone {
 		t.Errorf("after the key went: %s, want gone", n.Result)
+	}
+}
+
+// An operator unlocks to unblock the callers already waiting: unlock
+// announces the deletion as the holder's release would, and the waiter
+// blocked in Acquire (another engine's) gets the lease at once, not when
+// the key would have expired (before: 42.85s after an unlock, at the old
+// key's expiry). The holder's TTL is 10s; the waiter must have it well
+// within that.
+func TestUnlockWakesWaiters(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	a := c.Addrs()
+	_, l := holdInvoice(t, a)
+	waiter, err := engine.New(engine.Config{Nodes: a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	got := make(chan error, 1)
+	var start time.Time
+	go func() {
+		w, err := waiter.Acquire(t.Context(), "invoice:42")
+		if err == nil {
+			err = w.Release(context.Background())
+		}
+		got <- err
+	}()
+	// Waiting, and settled: it heard the release channel and looked once
+	// more (a recheck), so that only an announcement or the expiry wakes
+	// it now.
+	testwait.Eventually(t, 5*time.Second, "the waiter waits", func() bool {
+		s := waiter.Stats()
+		return s.Waiters["invoice:42"] == 1 && s.Wakeups.Recheck > 0
+	})
+	time.Sleep(100 * time.Millisecond) // its recheck's round refused: waiting again
+	start = time.Now()
+	code, _, stderr := cli(t, "", nil, "unlock", "-yes", "-reason", "stuck", "-nodes", join(a...), "invoice:42")
+	wantCode(t, "unlock: "+stderr, code, exitOK)
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+		t.Logf("the waiter acquired %v after the unlock began", time.Since(start).Round(time.Millisecond))
+	case <-time.After(time.Until(l.Until()) - time.Second):
+		t.Fatalf("the waiter did not acquire within %v of the unlock: woken at the key's expiry, not by the unlock", time.Since(start).Round(time.Millisecond))
 	}
 }
