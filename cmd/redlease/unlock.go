@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	_ "embed"
 	"fmt"
 	"io"
 	"os"
