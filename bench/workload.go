@@ -160,22 +160,31 @@ func uncontendedWorker(ctx context.Context, lk locker, names []string, w, worker
 	// cycle ended.
 	bg := context.WithoutCancel(ctx)
 	for i := 0; ctx.Err() == nil; i++ {
-		t0 := time.Now()
-		l, err := lk.acquire(bg, mine[i%len(mine)], false)
-		t1 := time.Now()
-		if err != nil {
-			st.fail(err)
-			continue
-		}
-		err = l.Release(bg)
-		t2 := time.Now()
-		if err != nil {
-			st.fail(err)
-			continue
-		}
-		st.acquire = append(st.acquire, t1.Sub(t0))
-		st.release = append(st.release, t2.Sub(t1))
+		cycle(bg, lk, mine[i%len(mine)], st, nil)
 	}
+}
+
+// cycle is a single-round acquire of name and, when it won, a release at
+// once, recorded in st: both latencies, or the error. A failed acquire
+// that tolerated says is expected (nil: none) is no error.
+func cycle(bg context.Context, lk locker, name string, st *workerStats, tolerated func(error) bool) {
+	t0 := time.Now()
+	l, err := lk.acquire(bg, name, false)
+	t1 := time.Now()
+	if err != nil {
+		if tolerated == nil || !tolerated(err) {
+			st.fail(err)
+		}
+		return
+	}
+	err = l.Release(bg)
+	t2 := time.Now()
+	if err != nil {
+		st.fail(err)
+		return
+	}
+	st.acquire = append(st.acquire, t1.Sub(t0))
+	st.release = append(st.release, t2.Sub(t1))
 }
 
 // contendedWorker loops on resource w mod R with the client's retries, so
@@ -229,24 +238,8 @@ func contendedWorker(ctx context.Context, lk locker, names []string, w int, hold
 func trylockWorker(ctx context.Context, lk locker, name string, st *workerStats) {
 	bg := context.WithoutCancel(ctx)
 	for ctx.Err() == nil {
-		t0 := time.Now()
-		l, err := lk.acquire(bg, name, false)
-		t1 := time.Now()
+		cycle(bg, lk, name, st, refused)
 		st.tries++
-		if err != nil {
-			if !refused(err) {
-				st.fail(err)
-			}
-			continue
-		}
-		err = l.Release(bg)
-		t2 := time.Now()
-		if err != nil {
-			st.fail(err)
-			continue
-		}
-		st.acquire = append(st.acquire, t1.Sub(t0))
-		st.release = append(st.release, t2.Sub(t1))
 	}
 }
 
