@@ -108,7 +108,7 @@ func TestExtendTTLRefusals(t *testing.T) {
 		{"negative", -time.Second, "ExtendTTL must be > 0, got -1s", nil},
 		{"below the drift allowance", time.Millisecond, "ExtendTTL must exceed the drift allowance (2.01ms), got 1ms", nil},
 		{"at the node timeout", DefaultNodeTimeout, "ExtendTTL must exceed NodeTimeout (50ms), got 50ms", nil},
-		{"above MaxTTL", 6 * time.Second, "ExtendTTL must not exceed MaxTTL (5s), got 6s", nil},
+		{"above MaxTTL", 6 * time.Second, "ExtendTTL must not exceed MaxTTL (5s), got 6s (a larger Config.MaxTTL allows it, at a cost", nil},
 		{"beyond the hold", 4 * time.Second, "4s asked", ErrBeyondMaxHold},
 	} {
 		until := l.Until()

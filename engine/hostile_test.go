@@ -32,7 +32,7 @@ func TestHostileInput(t *testing.T) {
 		{"negative TTL", "r", []Option{WithTTL(-time.Second)}, "WithTTL must be > 0, got -1s"},
 		{"TTL below drift", "r", []Option{WithTTL(time.Millisecond)}, "WithTTL must exceed the drift allowance (2.01ms), got 1ms"},
 		{"TTL at node timeout", "r", []Option{WithTTL(DefaultNodeTimeout)}, "WithTTL must exceed NodeTimeout"},
-		{"TTL above MaxTTL", "r", []Option{WithTTL(time.Hour)}, "WithTTL must not exceed MaxTTL (10s), got 1h0m0s"},
+		{"TTL above MaxTTL", "r", []Option{WithTTL(time.Hour)}, "WithTTL must not exceed MaxTTL (10s), got 1h0m0s (a larger Config.MaxTTL allows it"},
 		{"zero maxHold", "r", []Option{WithAutoExtend(0)}, "WithAutoExtend maxHold must be > 0, got 0s"},
 		{"negative maxHold", "r", []Option{WithAutoExtend(-time.Minute)}, "WithAutoExtend maxHold must be > 0, got -1m0s"},
 		{"nil retry", "r", []Option{WithRetry(nil)}, "WithRetry needs a BackOff factory, got nil"},

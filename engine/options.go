@@ -152,7 +152,7 @@ func (e *Engine) checkLeaseTTL(d time.Duration) error {
 		return err
 	}
 	if d > e.cfg.MaxTTL {
-		return fmt.Errorf("must not exceed MaxTTL (%v), got %v", e.cfg.MaxTTL, d)
+		return fmt.Errorf("must not exceed MaxTTL (%v), got %v (a larger Config.MaxTTL allows it, at a cost: a node that may have lost its data sits out the restart quarantine, MaxTTL by default)", e.cfg.MaxTTL, d)
 	}
 	if d <= e.cfg.NodeTimeout {
 		return fmt.Errorf("must exceed NodeTimeout (%v), got %v", e.cfg.NodeTimeout, d)
@@ -215,7 +215,10 @@ type ExtendOption struct {
 //
 // d must be positive, exceed the drift allowance and Config.NodeTimeout,
 // and not exceed Config.MaxTTL (else Extend fails, naming d and the
-// bound, and runs no round). The lease's maximum hold still bounds it: no
+// bound, and runs no round). MaxTTL is the longest TTL any lease of the
+// engine may carry, and so, by default, how long a node that may have
+// lost its data sits out (Config.RestartQuarantine): raising it to allow
+// a longer d lengthens every such quarantine. The lease's maximum hold still bounds it: no
 // extension starts after it (ErrMaxHold), and the lease is held at most
 // its maximum hold plus the TTL it was acquired with, counted from its
 // acquisition, whatever TTLs it moved to: a d that would carry it further
