@@ -804,6 +804,16 @@ func TestTryAcquireHeldHereAnsweredLocally(t *testing.T) {
 		testwait.Eventually(t, 2*time.Second, "every node holds the key", func() bool {
 			return slices.Equal(values(t, c, "here"), []string{l.Value(), l.Value(), l.Value()})
 		})
+		// And nothing else is on its way to a node (a release the last
+		// iteration sent again, say, on a loaded machine).
+		testwait.Eventually(t, 2*time.Second, "no command pending", func() bool {
+			for _, n := range e.Stats().Nodes {
+				if n.Pending != 0 {
+					return false
+				}
+			}
+			return true
+		})
 		before := e.Stats().Nodes[0].Commands
 		_, err = e.TryAcquire(t.Context(), "here")
 		var ae *AcquireError
