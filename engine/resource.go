@@ -107,7 +107,6 @@ type resource struct {
 // share of the CPU; a lone refused caller waits about a loopback round
 // trip.
 type gate struct {
-	r       *resource
 	refused []*turn     // settled when it opens
 	timer   *time.Timer // posts it (opening) to open it
 }
@@ -132,7 +131,7 @@ func (r *resource) refuse(t *turn) {
 	sh.mu.Lock()
 	g := sh.gates[r]
 	if g == nil {
-		g = &gate{r: r}
+		g = new(gate)
 		wait := time.Duration(r.ls.refusedWaiting.Load()+1) * refusalCost
 		g.timer = time.AfterFunc(wait, func() { r.inbox.Post((*opening)(g)) })
 		if sh.gates == nil {
