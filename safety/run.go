@@ -156,8 +156,14 @@ type Config struct {
 	// SentinelDefault or ClusterNode; nil: Nodes standalone nodes. Each
 	// fault kind hits the nodes of its kind (hits); one that finds none is
 	// not injected.
-	Topology  []string
-	Duration  time.Duration // [30s]
+	Topology []string
+	Duration time.Duration // [30s]
+	// MinEach, with Faults: the run goes on past Duration, up to three
+	// times it, until every chosen kind that has nodes to hit was injected
+	// MinEach times (a loaded machine fails more injections, and a kind
+	// tried once more at its round's end may still miss). 0: Duration
+	// alone.
+	MinEach   int
 	Engines   int           // engines at the start [3]
 	Workers   int           // goroutines per engine [8]
 	Resources int           // [4]
@@ -445,9 +451,16 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.Duration)
+	limit := cfg.Duration
+	if cfg.MinEach > 0 && cfg.Faults {
+		limit *= 3
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	start := time.Now()
+	if limit > cfg.Duration {
+		r.wg.Go(func() { r.endWhenInjected(ctx, cancel) })
+	}
 	for ei, e := range engines {
 		for w := range cfg.Workers {
 			rng := r.rand(startStreams + uint64(ei*cfg.Workers+w))
@@ -906,6 +919,31 @@ func (r *run) latency(d time.Duration, down bool) {
 		r.latUp = append(r.latUp, d)
 	}
 	r.mu.Unlock()
+}
+
+// endWhenInjected ends the run (cancel) once Duration has passed and
+// every chosen kind that has nodes to hit was injected MinEach times.
+func (r *run) endWhenInjected(ctx context.Context, cancel context.CancelFunc) {
+	if !sleep(ctx, r.cfg.Duration) {
+		return
+	}
+	for {
+		r.mu.Lock()
+		done := true
+		for _, k := range r.cfg.Kinds {
+			if len(r.nodesFor(k)) > 0 && r.faults[k] < r.cfg.MinEach {
+				done = false
+			}
+		}
+		r.mu.Unlock()
+		if done {
+			cancel()
+			return
+		}
+		if !sleep(ctx, 100*time.Millisecond) {
+			return
+		}
+	}
 }
 
 // inject breaks nodes, one fault at a time: each round injects every
