@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -19,6 +20,18 @@ import (
 // twins, and a running engine granted a resource that the other
 // database's data did not hold, while its own lease held it.
 func TestSwappedDatabaseIsNotTrusted(t *testing.T) {
+	// Plain (a TryAcquire's SET in a transaction), and through the script
+	// (a fenced acquire): each checks the marker its own way.
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) { swappedDatabase(t, fenced) })
+	}
+}
+
+func swappedDatabase(t *testing.T, fenced bool) {
+	var opts []Option
+	if fenced {
+		opts = append(opts, WithFencing())
+	}
 	c, err := redisproc.StartBenchNodes(1)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +66,7 @@ func TestSwappedDatabaseIsNotTrusted(t *testing.T) {
 	if _, err := c.Nodes[0].Do(t.Context(), "SWAPDB", "0", "1"); err != nil {
 		t.Fatal(err)
 	}
-	l, err := b.TryAcquire(t.Context(), "x")
+	l, err := b.TryAcquire(t.Context(), "x", opts...)
 	if err == nil {
 		t.Fatalf("after SWAPDB, %s granted x in database 0 while %s holds it", l.Value(), held.Value())
 	}
@@ -69,6 +82,16 @@ func TestSwappedDatabaseIsNotTrusted(t *testing.T) {
 // are all unchanged, and it takes writes. A node that is not a master
 // never grants: the batch reads its role with its replication id.
 func TestWritableReplicaDoesNotGrant(t *testing.T) {
+	for _, fenced := range []bool{false, true} { // plain, and through the script
+		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) { writableReplica(t, fenced) })
+	}
+}
+
+func writableReplica(t *testing.T, fenced bool) {
+	var opts []Option
+	if fenced {
+		opts = append(opts, WithFencing())
+	}
 	c, err := redisproc.StartBenchNodes(2)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +124,7 @@ func TestWritableReplicaDoesNotGrant(t *testing.T) {
 	if now, _ := n1.Info(t.Context(), "replication", "master_replid"); now != replid {
 		t.Logf("the replication id changed (%s, was %s): the marker check alone refuses", now, replid)
 	}
-	if l, err := e.TryAcquire(t.Context(), "x"); err == nil {
+	if l, err := e.TryAcquire(t.Context(), "x", opts...); err == nil {
 		t.Fatalf("a replica granted %s", l.Value())
 	} else {
 		t.Logf("on the replica: %v", err)
