@@ -167,14 +167,18 @@ func TestHeldLeasesKeepScheduleUnderTryLoop(t *testing.T) {
 
 // Callers that ask the engine's counters, or subscribe and cancel, in a
 // loop (answers that never block on anything) must not starve its own
-// work either: a worker's cycles all succeed meanwhile. Without the
-// pacer, 64 goroutines calling Stats in a loop made releases time out on
-// a healthy node.
+// work either: a worker's cycles all succeed meanwhile, and the loop is
+// held to one call per paceCost, whatever the machine's speed (each call
+// takes its own slot, at or after the loop's start and before its
+// return). Without the pacer the loop never blocked, and slowed the
+// worker's 1,000 cycles from 0.33s to 2-5s on one node.
 func TestStatsLoopDoesNotStarveReleases(t *testing.T) {
 	c := startNodes(t, 1)
 	e := newEngine(t, c.Addrs(), tolerant)
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
+	var calls atomic.Int64
+	start := time.Now()
 	for i := range 64 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -184,18 +188,25 @@ func TestStatsLoopDoesNotStarveReleases(t *testing.T) {
 					_, unsubscribe := e.Subscribe(1)
 					unsubscribe()
 				}
+				calls.Add(1)
 			}
 		})
 	}
-	defer wg.Wait()
-	defer cancel()
 	for i := range 300 {
 		l, err := e.TryAcquire(t.Context(), "stats-loop")
+		if err == nil {
+			err = l.Release(t.Context())
+		}
 		if err != nil {
+			cancel()
+			wg.Wait()
 			t.Fatalf("cycle %d: %v", i, err)
 		}
-		if err := l.Release(t.Context()); err != nil {
-			t.Fatalf("cycle %d: %v", i, err)
-		}
+	}
+	cancel()
+	wg.Wait()
+	elapsed := time.Since(start)
+	if most := int64(elapsed/paceCost) + 1; calls.Load() > most {
+		t.Fatalf("%d Stats and Subscribe calls in %v: more than one per %v (%d)", calls.Load(), elapsed, paceCost, most)
 	}
 }
