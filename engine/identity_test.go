@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -20,18 +19,18 @@ import (
 // twins, and a running engine granted a resource that the other
 // database's data did not hold, while its own lease held it.
 func TestSwappedDatabaseIsNotTrusted(t *testing.T) {
-	// Plain (a TryAcquire's SET in a transaction), and through the script
-	// (a fenced acquire): each checks the marker its own way.
-	for _, fenced := range []bool{false, true} {
-		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) { swappedDatabase(t, fenced) })
-	}
+	bothWays(t, swappedDatabase)
 }
 
-func swappedDatabase(t *testing.T, fenced bool) {
-	var opts []Option
-	if fenced {
-		opts = append(opts, WithFencing())
-	}
+// bothWays runs f with a TryAcquire's options that take each way a node
+// checks the marker: plain (a SET in a transaction), and through the
+// script (a fenced acquire).
+func bothWays(t *testing.T, f func(t *testing.T, opts []Option)) {
+	t.Run("plain", func(t *testing.T) { f(t, nil) })
+	t.Run("script", func(t *testing.T) { f(t, []Option{WithFencing()}) })
+}
+
+func swappedDatabase(t *testing.T, opts []Option) {
 	c, err := redisproc.StartBenchNodes(1)
 	if err != nil {
 		t.Fatal(err)
@@ -82,16 +81,10 @@ func swappedDatabase(t *testing.T, fenced bool) {
 // are all unchanged, and it takes writes. A node that is not a master
 // never grants: the batch reads its role with its replication id.
 func TestWritableReplicaDoesNotGrant(t *testing.T) {
-	for _, fenced := range []bool{false, true} { // plain, and through the script
-		t.Run(fmt.Sprint("fenced=", fenced), func(t *testing.T) { writableReplica(t, fenced) })
-	}
+	bothWays(t, writableReplica)
 }
 
-func writableReplica(t *testing.T, fenced bool) {
-	var opts []Option
-	if fenced {
-		opts = append(opts, WithFencing())
-	}
+func writableReplica(t *testing.T, opts []Option) {
 	c, err := redisproc.StartBenchNodes(2)
 	if err != nil {
 		t.Fatal(err)
