@@ -881,6 +881,12 @@ func TestReleaseOfALostLease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// The acquire answered at a quorum: its command to the third
+			// node may still be on its way, and would set the key again
+			// after the schedule below deleted it.
+			testwait.Eventually(t, 2*time.Second, "every node holds the key", func() bool {
+				return slices.Equal(values(t, c, "lost"), []string{l.Value(), l.Value(), l.Value()})
+			})
 			writeForeign(t, c, "lost", time.Minute, tc.foreign...)
 			for _, i := range tc.gone {
 				if _, err := c.Nodes[i].Do(t.Context(), "DEL", lockKey("lost")); err != nil {
