@@ -98,9 +98,12 @@ type Config struct {
 	// Default DefaultTTL (10s). It must exceed the drift allowance.
 	TTL time.Duration
 	// MaxTTL bounds the TTL of every lease (WithTTL above it is refused),
-	// and so how long a node that lost its data must sit out. Default:
-	// TTL. If other engines use these nodes with longer TTLs, set it to
-	// the longest.
+	// and so how long, at least, a node that lost its data sits out
+	// (RestartQuarantine's default). Default: TTL. Raising it lengthens
+	// every restart quarantine; engines that use these nodes with longer
+	// TTLs need not be matched by it: each engine records the TTLs it uses
+	// on the nodes, and every engine quarantines for the longest recorded
+	// (see RestartQuarantine).
 	MaxTTL time.Duration
 	// RestartQuarantine is how long a node that may have lost lock keys
 	// refuses to grant, counted from when this engine saw it so: a node
@@ -109,6 +112,11 @@ type Config struct {
 	// marked with MarkNew), one whose dataset changed since the last probe,
 	// or one that evicted keys (see package node for the whole list):
 	// every lease it may have held has expired by then. Default: MaxTTL.
+	// It is a floor: when the engines on these nodes use longer TTLs
+	// (each records its TTLs on the nodes it uses, beside the epoch marker),
+	// a quarantine lasts the longest TTL this engine's probes find
+	// recorded on any of its nodes, and one under way grows when a probe
+	// finds a longer one (Stats().Nodes[i].QuarantinedUntil follows).
 	// Negative turns the quarantine off (unsafe with nodes that run
 	// without persistence). A positive value below MaxTTL is refused
 	// unless UnsafeShortQuarantine is set: the node would grant again

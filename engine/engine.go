@@ -73,13 +73,14 @@ func New(cfg Config) (*Engine, error) {
 	e.lines = newLines(e, cfg.engineChannel())
 	h := &hub{subs: make(map[uint64]chan Event), dropped: &e.dropped}
 	e.hub = e.system.Root.Spawn(actors.Props(func() actor.Actor { return h }, e.dispatch))
+	horizon := &node.Horizon{}
 	for i, addr := range cfg.Nodes {
 		r := reached[i]
 		ncfg := node.Config{
 			Index: i, Addr: addr, Conn: r.conn,
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
-			First: r.info, UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
+			Horizon: horizon, First: r.info, UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
 			Channel: e.lines.channel,
 			// On one node a hand-off waits for that node alone: a second
 			// batch on its wire saves it the wait (see node.maxWire).

@@ -131,3 +131,52 @@ func TestMarkNewRefusesLiveLocks(t *testing.T) {
 		}
 	}
 }
+
+// A deployment with short leases beside one with long leases on the same
+// nodes (issue 43, item 6): each engine records the TTLs it uses on the
+// nodes, and quarantines a node that lost its data for the longest
+// recorded, however short its own MaxTTL. Engine long holds a lease of 6s
+// on nodes 0 and 1 (node 2 was down); node 2 comes back empty and node 0
+// restarts empty; engine short (MaxTTL 500ms) must not win nodes 0 and 2
+// while the long lease is valid. Without the record it did: both sat out
+// only 500ms.
+func TestQuarantineFollowsLongestRecordedTTL(t *testing.T) {
+	const long, short = 6 * time.Second, 500 * time.Millisecond
+	c := startNodes(t, 3)
+	brief := newEngine(t, c.Addrs(), func(cfg *Config) {
+		cfg.TTL, cfg.HealthInterval = short, 100*time.Millisecond
+	})
+	if err := c.Nodes[2].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	lasting := newEngine(t, c.Addrs(), func(cfg *Config) { cfg.TTL = long })
+	l, err := lasting.TryAcquire(t.Context(), "shared")
+	if err != nil {
+		t.Fatalf("TryAcquire with node 2 down: %v", err)
+	}
+	for _, i := range []int{2, 0} { // node 2 back empty, node 0 restarted empty
+		if err := c.Nodes[i].Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// brief's probes see both; its own quarantine (500ms) ends well
+	// before the long lease's validity.
+	deadline := time.Now().Add(5 * short)
+	for time.Now().Before(deadline) {
+		if _, err := brief.TryAcquire(t.Context(), "shared"); err == nil {
+			t.Fatalf("a second holder %v after the restarts, while the first holds until %v",
+				time.Since(deadline.Add(-5*short)).Round(time.Millisecond), l.Until().Format("15:04:05.000"))
+		} else if !errors.Is(err, ErrNotAcquired) {
+			t.Fatalf("TryAcquire: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond) // brief's probes: every 100ms
+	}
+	for _, i := range []int{0, 2} {
+		if until := brief.Stats().Nodes[i].QuarantinedUntil; time.Until(until) < long-5*short-time.Second {
+			t.Errorf("node %d quarantined until %v: want about %v after its restart", i, until.Format("15:04:05.000"), long)
+		}
+	}
+	if !l.Until().After(time.Now()) {
+		t.Fatalf("the long lease expired during the test (until %v): the schedule proved nothing", l.Until())
+	}
+}

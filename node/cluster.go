@@ -610,7 +610,7 @@ func (a *nodeActor) loseSlots(at time.Time, slots []uint16, why string) {
 	if a.health.slotsOut == nil {
 		a.health.slotsOut = make(map[uint16]time.Time)
 	}
-	until := at.Add(a.cfg.Quarantine)
+	until := at.Add(a.quarantineFor())
 	var fresh []uint16
 	for _, s := range slots {
 		if was, ok := a.health.slotsOut[s]; !ok || until.After(was) {

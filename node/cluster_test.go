@@ -181,8 +181,8 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 			// A round that timed out on a loaded machine may have set its
 			// keys: they go first, unanswered (ReplyTo nil), as a lease's
 			// cleanup would.
-			h.system.Root.Send(h.node.PID, &Release{Request: Request{Key: key, Value: "me"}, TTL: time.Minute})
-			cmds = append(cmds, &Acquire{Request: h.req(key, "me", round*100+uint64(i)), TTL: time.Minute})
+			h.system.Root.Send(h.node.PID, &Release{Request: Request{Key: key, Value: "me"}, TTL: q})
+			cmds = append(cmds, &Acquire{Request: h.req(key, "me", round*100+uint64(i)), TTL: q})
 		}
 		for _, v := range h.askAll(cmds) {
 			if v.Outcome == Granted {
@@ -218,7 +218,11 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n += len(keys)
+		for _, k := range keys {
+			if !strings.HasSuffix(k, recordSuffix) { // the TTL records beside some
+				n++
+			}
+		}
 	}
 	if n != hashslot.Count {
 		t.Fatalf("%d epoch markers, want one per slot (%d)", n, hashslot.Count)
@@ -227,14 +231,22 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 	// A slot moves, with a held key and its marker: the key stays held
 	// on its new shard, whose next acquire on it meets the marker of the
 	// other shard's lineage and quarantines that slot, not the shard.
+	// A lease's TTL is at most the quarantine's (MaxTTL), or the TTL
+	// record lengthens the quarantine: here it does, from q to held.
+	held := 10 * q
 	key := LockKey("t:", "0")
+	round := uint64(10000)
+	// Its record lengthens the quarantine of first sight: waited out.
+	testwait.Eventually(t, 5*time.Second, "an acquire of "+held.String()+" granted", func() bool {
+		round++
+		return h.askAll([]Command{&Acquire{Request: h.req(key, "me", round), TTL: held}})[round].Outcome == Granted
+	})
 	moved := time.Now()
 	to := h.moveSlot(hashslot.Of(key))
 	other := h.keyBeside(to, key)
-	round := uint64(10000)
 	for {
 		round++
-		v := h.askAll([]Command{&Extend{h.req(key, "me", round), time.Minute}})[round]
+		v := h.askAll([]Command{&Extend{h.req(key, "me", round), held}})[round]
 		if v.Outcome == Granted {
 			break
 		}
@@ -244,7 +256,7 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	round++
-	v := h.askAll([]Command{&Acquire{Request: h.req(key, "me", round), TTL: time.Minute, Contended: true}})[round]
+	v := h.askAll([]Command{&Acquire{Request: h.req(key, "me", round), TTL: held, Contended: true}})[round]
 	// Quarantined since the move (not by now: its 300ms may have ended
 	// while a loaded machine got here, as in one .ci/run).
 	if v.Err != ErrQuarantined || !v.Until.After(moved.Add(q)) {
@@ -253,8 +265,8 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 	// The rest of the shard keeps its votes: acquires, plain and through
 	// the script, on another of its slots.
 	round++
-	for i, c := range []Command{&Acquire{Request: h.req(other, "me", round), TTL: time.Minute},
-		&Acquire{Request: h.req(other, "me", round+1), TTL: time.Minute, Contended: true}} {
+	for i, c := range []Command{&Acquire{Request: h.req(other, "me", round), TTL: held},
+		&Acquire{Request: h.req(other, "me", round+1), TTL: held, Contended: true}} {
 		if v := h.askAll([]Command{c})[round+uint64(i)]; v.Outcome != Granted {
 			t.Fatalf("acquire %d on another slot of the shard the slot moved to: %v %v, want granted", i, v.Outcome, v.Err)
 		}
@@ -265,12 +277,12 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 	}
 	// After its quarantine the slot is marked with its new master's
 	// lineage, and grants again.
-	if v := h.askAll([]Command{&Release{Request: h.req(key, "me", round), TTL: time.Minute}})[round]; v.Outcome != Granted {
+	if v := h.askAll([]Command{&Release{Request: h.req(key, "me", round), TTL: held}})[round]; v.Outcome != Granted {
 		t.Fatalf("release on the moved slot: %v %v", v.Outcome, v.Err)
 	}
 	testwait.Eventually(t, 5*time.Second, "an acquire on the moved slot granted", func() bool {
 		round++
-		return h.askAll([]Command{&Acquire{Request: h.req(LockKey("t:", "0"), "me", round), TTL: time.Minute}})[round].Outcome == Granted
+		return h.askAll([]Command{&Acquire{Request: h.req(LockKey("t:", "0"), "me", round), TTL: held}})[round].Outcome == Granted
 	})
 	info, err := to.Do(ctx, "INFO", "replication")
 	if err != nil {

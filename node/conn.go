@@ -40,13 +40,14 @@ type Conn struct {
 	// to at each probe; nil for a standalone master.
 	sentinels *sentinels
 
-	mu      sync.Mutex
-	addr    string   // the server connected to, or to connect to
-	split   []string // a master set's other servers that still answer as masters; a cluster shard's former masters (setSplit)
-	client  rueidis.Client
-	closed  bool
-	err     error     // the last dial error
-	retryAt time.Time // no client made before this
+	mu       sync.Mutex
+	addr     string   // the server connected to, or to connect to
+	split    []string // a master set's other servers that still answer as masters; a cluster shard's former masters (setSplit)
+	switches int64    // a master set's failovers so far (Info.Switches)
+	client   rueidis.Client
+	closed   bool
+	err      error     // the last dial error
+	retryAt  time.Time // no client made before this
 }
 
 // NewConn returns an unconnected Conn for opt; Probe connects it. So that
@@ -150,13 +151,14 @@ func (c *Conn) locate(ctx context.Context) error {
 	if c.sentinels == nil {
 		return nil
 	}
-	addr, split, err := c.sentinels.latest(ctx)
+	l, err := c.sentinels.latest(ctx)
 	if err != nil {
 		return err
 	}
+	addr := l.addr
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.split = split
+	c.split, c.switches = l.split, l.switches
 	if addr != c.addr {
 		if c.client != nil {
 			c.client.Close()
@@ -185,10 +187,10 @@ func (c *Conn) setSplit(split []string) {
 
 // splitMasters are the master set's other servers that the sentinels saw
 // answer as masters at the last probe.
-func (c *Conn) splitMasters() []string {
+func (c *Conn) splitMasters() ([]string, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.split
+	return c.split, c.switches
 }
 
 // redial drops the connection, so that the next probe dials the address

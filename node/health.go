@@ -68,6 +68,9 @@ type Info struct {
 	// Epoch is the epoch marker: the lineage of the dataset that an engine
 	// last judged safe, "" when there is none.
 	Epoch string
+	// Recorded is the longest TTL the node's TTL record holds (RecordKey):
+	// used there lately by some engine; 0 when none.
+	Recorded time.Duration
 	// DB is the database the connection selected (ClientOption.SelectDB).
 	DB int
 	// Evicts is the node's maxmemory-policy when it may evict lock keys (a
@@ -88,6 +91,13 @@ type Info struct {
 	// the writes of engines that have not yet moved, and loses them when
 	// it is demoted.
 	Split []string
+	// Switches counts a master set's failovers, as its sentinels do
+	// (config-epoch): a rise since the previous probe is a switch of
+	// masters, maybe two (a failover and a failback to a master that was
+	// never demoted, which lacks what the other took meanwhile), that
+	// the probes may not have seen as a change of address. 0 for a node
+	// that is not a master set.
+	Switches int64
 	// Replicas are the replicas the node lists as a master (INFO
 	// replication): for people, never for a vote.
 	Replicas []redisinfo.Replica
@@ -133,6 +143,7 @@ const (
 	pStats
 	pCommandstats
 	pEpoch
+	pRecord
 	pScriptLoad
 	pEvalsha
 	pConfig // may be denied: Info.ConfigDenied
@@ -146,7 +157,7 @@ const (
 var probeNeeds = [...]string{
 	pClientID: needClient, pClientKill: needClient,
 	pServer: needInfo, pReplication: needInfo, pMemory: needInfo, pStats: needInfo, pCommandstats: needInfo,
-	pEpoch: needKeys, pScriptLoad: needScripts, pEvalsha: needScripts,
+	pEpoch: needKeys, pRecord: needKeys, pScriptLoad: needScripts, pEvalsha: needScripts,
 }
 
 const (
@@ -185,6 +196,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	cmds[pStats] = b.Info().Section("stats").Build()
 	cmds[pCommandstats] = b.Info().Section("commandstats").Build()
 	cmds[pEpoch] = b.Get().Key(epochKey).Build()
+	cmds[pRecord] = b.Get().Key(RecordKey(epochKey)).Build()
 	cmds[pScriptLoad] = b.ScriptLoad().Script(batchScript.body).Build()
 	cmds[pEvalsha] = b.Evalsha().Sha1(batchScript.sha).Numkeys(1).Key(epochKey).Arg(make([]string, scriptPreamble)...).Build() // a batch of no command
 	cmds[pConfig] = b.ConfigGet().Parameter("enable-debug-command").Build()
@@ -204,7 +216,8 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 		}
 	}
 	multi, exec := res[pMulti].Error(), res[pExec].Error()
-	info := Info{RTT: rtt, Addr: c.Addr(), Split: c.splitMasters(), NoTransactions: multi != nil || exec != nil, DB: c.opt.SelectDB}
+	info := Info{RTT: rtt, Addr: c.Addr(), NoTransactions: multi != nil || exec != nil, DB: c.opt.SelectDB}
+	info.Split, info.Switches = c.splitMasters()
 	info.ConnID, _ = res[pClientID].AsInt64()
 	server, _ := res[pServer].ToString()
 	repl, _ := res[pReplication].ToString()
@@ -212,6 +225,9 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	stats, _ := res[pStats].ToString()
 	commands, _ := res[pCommandstats].ToString()
 	info.Epoch, _ = res[pEpoch].ToString()
+	if ms, err := res[pRecord].AsInt64(); err == nil {
+		info.Recorded = time.Duration(ms) * time.Millisecond
+	}
 	info.Evicts = evicts(memory)
 	evicted, _ := redisinfo.Field(stats, "evicted_keys")
 	info.Evicted, _ = strconv.ParseInt(evicted, 10, 64)
@@ -305,11 +321,14 @@ type health struct {
 	epoch           string // what every acquire batch requires (epoch), made once per probe
 	evicts          string // the node's maxmemory-policy, when it may evict lock keys
 	down            bool
-	failures        int       // consecutive failed batches or probes
-	failedAt        time.Time // when the last was counted
-	quarantineUntil time.Time // acquires refused before it
-	evicting        error     // acquires refused with it: the node may evict lock keys (ErrEvicting)
-	epochPending    bool      // write the epoch marker once the quarantine is over
+	failures        int           // consecutive failed batches or probes
+	failedAt        time.Time     // when the last was counted
+	quarantineUntil time.Time     // acquires refused before it
+	lossAt          time.Time     // since when the latest quarantine counts (quarantine)
+	horizon         time.Duration // the longest TTL recorded on the engine's nodes (Horizon)
+	record          recorded      // what the node's TTL record is known to hold
+	evicting        error         // acquires refused with it: the node may evict lock keys (ErrEvicting)
+	epochPending    bool          // write the epoch marker once the quarantine is over
 	probeDue        bool
 	configDenied    bool // said so (denied)
 
@@ -338,17 +357,21 @@ type (
 // batch's slice for reuse.
 type sent struct {
 	actors.Late
-	slot       int           // the job's (job.slot)
-	sentAt     time.Time     // when it went out
-	rtt        time.Duration // from the write to the answers (0: unsent, or no answer)
-	batch      []entry
-	size       int     // entries sent
-	unchecked  bool    // nothing was sent: batch waits for a probe, in order
-	retry      []entry // releases that got no answer: sent again first
-	marked     bool    // the epoch marker was written
-	markFailed bool    // it was not: the dataset changed since the probe
-	failed     int     // entries that got no answer from Redis
-	lostData   bool    // an acquire found the epoch marker not the one required
+	slot      int           // the job's (job.slot)
+	sentAt    time.Time     // when it went out
+	rtt       time.Duration // from the write to the answers (0: unsent, or no answer)
+	batch     []entry
+	size      int     // entries sent
+	unchecked bool    // nothing was sent: batch waits for a probe, in order
+	retry     []entry // releases that got no answer: sent again first
+	marked    bool    // the epoch marker was written
+	// record: what the node's TTL record holds after the batch updated it
+	// (job.record), unless recordFailed.
+	record       time.Duration
+	recordFailed bool
+	markFailed   bool // it was not: the dataset changed since the probe
+	failed       int  // entries that got no answer from Redis
+	lostData     bool // an acquire found the epoch marker not the one required
 
 	// On a cluster's shard: the slots it marked (job.marking), whether
 	// that was the shard's mark (job.whole), and the slots where an
@@ -380,6 +403,7 @@ func (a *nodeActor) start(first *Info) {
 	}
 	a.setEvicts(first.Evicts)
 	a.denied(*first)
+	a.sawRecord(first.Recorded)
 	a.checked(time.Now(), *first)
 }
 
@@ -411,6 +435,9 @@ func (a *nodeActor) denied(info Info) {
 // early.
 func (a *nodeActor) checked(at time.Time, info Info) {
 	prev := a.health.checked
+	// Never lowered: a sentinel late to count a failover would read, at
+	// the probe after, as one more.
+	info.Switches = max(info.Switches, prev.Switches)
 	a.health.checked, a.health.lineage, a.health.epoch = info, info.Lineage(), info.Lineage()
 	if info.Debug {
 		a.health.epoch += debugSuffix
@@ -426,6 +453,8 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 		}
 	case prev.Addr != info.Addr:
 		a.lostData(at, "its master set failed over to "+info.Addr+promoted(info))
+	case info.Switches > prev.Switches && prev.Switches > 0:
+		a.lostData(at, fmt.Sprintf("its master set switched masters since the last probe (Sentinel config-epoch %d, then %d), maybe to another and back: what the other took is lost", prev.Switches, info.Switches))
 	case prev.RunID != info.RunID:
 		a.lostData(at, "restarted (new run_id)"+promoted(info))
 	case prev.ReplID != info.ReplID:
@@ -503,13 +532,49 @@ func (a *nodeActor) lostData(since time.Time, why string) {
 // quarantine now ends later.
 func (a *nodeActor) quarantine(since time.Time) bool {
 	a.health.epochPending = true
-	until := since.Add(a.cfg.Quarantine)
+	a.health.record = recorded{} // lost with the data, maybe
+	if since.After(a.health.lossAt) {
+		a.health.lossAt = since
+	}
+	return a.quarantineTill(since.Add(a.quarantineFor()))
+}
+
+// quarantineTill has the node sit out until until, unless it already
+// does longer: it reports whether the quarantine now ends later.
+func (a *nodeActor) quarantineTill(until time.Time) bool {
 	if !until.After(a.health.quarantineUntil) {
 		return false
 	}
 	a.health.quarantineUntil = until
 	a.stats.quarantineUntil.Store(until.UnixNano())
 	return true
+}
+
+// quarantineFor is how long a node that may have lost lock keys sits out:
+// Config.Quarantine, or the longest TTL recorded on the engine's nodes if
+// longer (see horizon.go).
+func (a *nodeActor) quarantineFor() time.Duration { return max(a.cfg.Quarantine, a.health.horizon) }
+
+// sawRecord takes what the node's TTL record holds (a probe's read, or an
+// update's answer). When the engine's nodes record a TTL longer than this
+// actor's quarantines last, the quarantine under way (or one that ended
+// less than that long ago) and the slots sitting out theirs are
+// lengthened to it: the lost node's own record is gone, and the other
+// nodes' may be read only now.
+func (a *nodeActor) sawRecord(d time.Duration) {
+	before := a.quarantineFor()
+	a.health.horizon = a.cfg.Horizon.saw(a.cfg.Addr, d)
+	grow := a.quarantineFor() - before
+	if grow <= 0 || !a.quarantineOn() {
+		return
+	}
+	if until := a.health.lossAt.Add(a.quarantineFor()); until.After(time.Now()) && a.quarantineTill(until) {
+		a.cfg.Logger.Warn("redlease: an engine uses longer leases on these nodes than this one's quarantine lasts; the node sits out longer",
+			"node", a.cfg.Addr, "recorded", a.health.horizon, "until", a.health.quarantineUntil)
+	}
+	for s, until := range a.health.slotsOut {
+		a.health.slotsOut[s] = until.Add(grow)
+	}
 }
 
 func (a *nodeActor) probeTimeout() time.Duration { return max(a.cfg.Timeout, 100*time.Millisecond) }
@@ -543,6 +608,7 @@ func (a *nodeActor) probeDone(m *probed) {
 	a.setDown(false, nil)
 	a.setEvicts(m.info.Evicts)
 	a.denied(m.info)
+	a.sawRecord(m.info.Recorded)
 	a.checked(m.at, m.info)
 }
 
@@ -570,6 +636,12 @@ func (a *nodeActor) setEvicts(policy string) {
 }
 
 func (a *nodeActor) batchDone(m *sent) {
+	switch {
+	case m.recordFailed:
+		a.health.record = recorded{} // again, with the next batch
+	case m.record > 0:
+		a.sawRecord(m.record)
+	}
 	if m.marked {
 		for _, s := range m.marking {
 			delete(a.health.slotsOut, s)

@@ -37,7 +37,11 @@ type Config struct {
 	EpochKey       string        // key of the epoch marker: the lineage of the dataset last judged safe
 	Quarantine     time.Duration // how long a node that lost its data refuses acquires; < 0: never
 	HealthInterval time.Duration // between probes while up (a fifth of it while down)
-	First          *Info         // Conn's first probe; nil when the node was unreachable
+	// Horizon, shared by an engine's node actors, is the longest TTL
+	// recorded on its nodes: quarantines last at least that long (see
+	// horizon.go). nil: this actor's own.
+	Horizon *Horizon
+	First   *Info // Conn's first probe; nil when the node was unreachable
 	// UnsafeEviction: a node that may evict lock keys (Info.Evicts) grants
 	// all the same.
 	UnsafeEviction bool
@@ -320,15 +324,17 @@ func keyBit(key string) uint16 { return uint16(maphash.String(keySeed, key) % (1
 // job is what a sender goroutine puts on the wire: a batch, or a health
 // probe.
 type job struct {
-	slot     int // its place among the batches on the wire (onWire)
-	sentAt   time.Time
-	batch    []entry
-	epoch    string // the marker acquires require ("": none)
-	channel  string // Config.Channel, or "" while the node may evict or is quarantined (no grants)
-	mark     *Info  // write the epoch marker of this dataset first
-	probe    bool
-	prev     Info // the probe's previous connection
-	deadline time.Time
+	slot      int // its place among the batches on the wire (onWire)
+	sentAt    time.Time
+	batch     []entry
+	epoch     string        // the marker acquires require ("": none)
+	channel   string        // Config.Channel, or "" while the node may evict or is quarantined (no grants)
+	mark      *Info         // write the epoch marker of this dataset first
+	record    time.Duration // update the TTL record for this TTL first (recordKey)
+	recordKey string
+	probe     bool
+	prev      Info // the probe's previous connection
+	deadline  time.Time
 
 	// marking: on a cluster's shard, the slots to mark (slotsToMark);
 	// whole: the mark is the shard's (health.epochPending), not only
@@ -563,6 +569,7 @@ func (a *nodeActor) flush() {
 		batch, a.spares = a.spares[n-1], a.spares[:n-1]
 	}
 	deadline := time.Time{}
+	var longest time.Duration // the batch's longest TTL
 	// a.queue[:kept]: releases held back while the node is down, and
 	// commands whose keys are on the wire
 	kept, i := 0, 0
@@ -604,6 +611,7 @@ func (a *nodeActor) flush() {
 		}
 		batch = append(batch, e)
 		keys.add(e.keyBit)
+		longest = max(longest, e.ttl)
 	}
 	rest := kept + copy(a.queue[kept:], a.queue[i:])
 	clear(a.queue[rest:])
@@ -622,6 +630,11 @@ func (a *nodeActor) flush() {
 		// A grant is an acquire: not on a node that may evict, nor on one
 		// that sits out a quarantine (it may have lost the holder's key).
 		j.channel = ""
+	}
+	if a.quarantineOn() {
+		if j.record = a.health.record.due(now, longest); j.record > 0 {
+			j.recordKey = RecordKey(a.probeKey())
+		}
 	}
 	if mark {
 		checked := a.health.checked
@@ -742,6 +755,9 @@ func (a *nodeActor) run(w *wire, j job) {
 	if err == nil {
 		err = a.send(w, client, j, done)
 	}
+	if err != nil && j.record > 0 {
+		done.recordFailed = true
+	}
 	switch {
 	case errors.Is(err, errUnchecked):
 		done.unchecked = true
@@ -778,13 +794,19 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	// A mark, the script calls, and each block's acquires with its five
 	// more (MULTI, at most three reads, EXEC).
 	cmds := make(rueidis.Commands, 0, 1+len(w.calls)+plain+5*len(w.blocks))
+	mark := false
 	if j.mark != nil {
 		if a.cfg.Slots != nil {
 			done.marked, done.markFailed = a.markSlots(client, *j.mark, j.marking)
 		} else {
 			// First, so every acquire after it sees the marker.
 			cmds = append(cmds, markCmd(client, a.cfg.EpochKey, *j.mark, !a.cfg.UnsafeEviction))
+			mark = true
 		}
+	}
+	if j.record > 0 {
+		// Before the commands that use the TTL.
+		cmds = append(cmds, recordCmd(client, j.recordKey, j.record))
 	}
 	skip := len(cmds)
 	for i, c := range w.blocks {
@@ -809,9 +831,13 @@ func (a *nodeActor) send(w *wire, client rueidis.Client, j job, done *sent) erro
 	if a.cfg.Meter != nil {
 		a.cfg.Meter.RoundTrip(rtt, len(j.batch))
 	}
-	if skip > 0 {
+	if mark {
 		n, err := results[0].AsInt64()
 		done.marked, done.markFailed = n == 1, err == nil && n == 0
+	}
+	if j.record > 0 {
+		was, err := results[skip-1].AsInt64()
+		done.record, done.recordFailed = max(j.record, time.Duration(was)*time.Millisecond), err != nil
 	}
 	from := skip
 	for _, c := range w.blocks {
@@ -941,7 +967,7 @@ func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.
 		a.reply(e, Absent, now, nil, out)
 	case n == epochMissing:
 		a.lost(e, done)
-		a.replyQuarantined(e, now, now.Add(a.cfg.Quarantine), out)
+		a.replyQuarantined(e, now, now.Add(a.quarantineFor()), out)
 	case holder != "": // counter: the key's PTTL
 		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder, Meta: meta, TTL: pttl(counter)}
 		if int64(counter) >= 0 {

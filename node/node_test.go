@@ -25,6 +25,7 @@ type harness struct {
 	system *actor.ActorSystem
 	inbox  *actor.PID
 	votes  chan *Vote
+	ttl    time.Duration // askUntil's: at most the quarantine, as an engine's (MaxTTL)
 }
 
 const epochKey = "test:epoch"
@@ -44,7 +45,10 @@ func newHarnessQ(t *testing.T, timeout, quarantine time.Duration) *harness {
 func newHarnessCfg(t *testing.T, cfg Config) *harness {
 	t.Helper()
 	c := redisproc.Start(t, 1)
-	h := &harness{t: t, server: c.Nodes[0], system: actors.NewSystem(nil), votes: make(chan *Vote, 10000)}
+	h := &harness{t: t, server: c.Nodes[0], system: actors.NewSystem(nil), votes: make(chan *Vote, 10000), ttl: time.Minute}
+	if cfg.Quarantine > 0 {
+		h.ttl = cfg.Quarantine
+	}
 	h.inbox = h.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		if v, ok := ctx.Message().(*Vote); ok {
 			h.votes <- v
@@ -378,7 +382,7 @@ func (h *harness) askUntil(key string, want Outcome, limit time.Duration) time.D
 	}()
 	testwait.Eventually(h.t, limit, fmt.Sprintf("an acquire of %q answered %v", key, want), func() bool {
 		round++
-		v = h.ask(&Acquire{Request: h.req(key, "me", round), TTL: time.Minute})
+		v = h.ask(&Acquire{Request: h.req(key, "me", round), TTL: h.ttl})
 		return v.Outcome == want
 	})
 	return time.Since(start)
@@ -418,7 +422,7 @@ func TestRestartQuarantine(t *testing.T) {
 	const q = 1500 * time.Millisecond
 	h := newHarnessQ(t, time.Second, q)
 	// A fresh server (up for less than q) is quarantined for the rest of q.
-	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: q}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
 		t.Fatalf("fresh node: %+v, want ErrQuarantined", v)
 	}
 	h.askUntil("r", Granted, 3*time.Second)
@@ -976,7 +980,7 @@ func TestUnmarkedNodeIsQuarantinedAtFirstSight(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.First = &info
-	h := &harness{t: t, server: c.Nodes[0], system: actors.NewSystem(nil), votes: make(chan *Vote, 100)}
+	h := &harness{t: t, server: c.Nodes[0], system: actors.NewSystem(nil), votes: make(chan *Vote, 100), ttl: q}
 	h.inbox = h.system.Root.Spawn(actor.PropsFromFunc(func(ctx actor.Context) {
 		if v, ok := ctx.Message().(*Vote); ok {
 			h.votes <- v
@@ -987,7 +991,7 @@ func TestUnmarkedNodeIsQuarantinedAtFirstSight(t *testing.T) {
 		h.node.Stop()
 		h.system.Shutdown()
 	})
-	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: time.Minute}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
+	if v := h.ask(&Acquire{Request: h.req("r", "me", 1), TTL: q}); v.Outcome != Failed || !errors.Is(v.Err, ErrQuarantined) {
 		t.Fatalf("unmarked node up for seconds: %+v, want ErrQuarantined", v)
 	}
 	if until := h.node.Stats().QuarantineUntil; until.Before(met.Add(q)) {

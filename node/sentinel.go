@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,14 +35,18 @@ type sentinels struct {
 type located struct {
 	addr  string
 	split []string
-	err   error
+	// switches is the set's failovers so far, as the sentinels count
+	// them (config-epoch): it rises with each, whether or not a probe
+	// saw the master it gave.
+	switches int64
+	err      error
 }
 
 // latest returns the latest answer of the sentinels and starts another
 // query, so that a probe never waits on a sentinel that does not answer
 // (it would hold up the batches behind it): a probe moves on the answer
 // of the query before. Only the first waits, within ctx.
-func (s *sentinels) latest(ctx context.Context) (string, []string, error) {
+func (s *sentinels) latest(ctx context.Context) (located, error) {
 	s.mu.Lock()
 	last := s.last
 	if !s.asking && !s.closed {
@@ -53,13 +58,13 @@ func (s *sentinels) latest(ctx context.Context) (string, []string, error) {
 		select {
 		case <-s.first:
 		case <-ctx.Done():
-			return "", nil, fmt.Errorf("sentinels of %q: %w", s.name, ctx.Err())
+			return located{}, fmt.Errorf("sentinels of %q: %w", s.name, ctx.Err())
 		}
 		s.mu.Lock()
 		last = s.last
 		s.mu.Unlock()
 	}
-	return last.addr, last.split, last.err
+	return *last, last.err
 }
 
 // query asks the sentinels (master), within half the dial timeout (so a
@@ -68,13 +73,13 @@ func (s *sentinels) latest(ctx context.Context) (string, []string, error) {
 func (s *sentinels) query() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.Dialer.Timeout/2)
 	defer cancel()
-	addr, split, err := s.master(ctx)
+	l := s.master(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.last == nil {
 		close(s.first)
 	}
-	s.last, s.asking = &located{addr, split, err}, false
+	s.last, s.asking = &l, false
 }
 
 // newSentinels reads opt as Target.Option set it for a master set.
@@ -112,27 +117,32 @@ func newSentinels(opt rueidis.ClientOption) *sentinels {
 // sentinel that lists it has read its INFO yet (info-refresh 0): right
 // after a switch, a sentinel lists the former master as a replica it has
 // not read, whatever it is. Not when a sentinel flags it down.
-func (s *sentinels) master(ctx context.Context) (string, []string, error) {
+//
+// And it returns the set's count of failovers: the highest config-epoch
+// of the sentinels that name that master.
+func (s *sentinels) master(ctx context.Context) located {
 	type answer struct {
-		i     int
-		named string
-		seen  map[string]seenAs
-		err   error
+		i        int
+		named    string
+		seen     map[string]seenAs
+		switches int64
+		err      error
 	}
 	answers := make(chan answer, len(s.addrs)) // a late sentinel's goroutine ends on its own
 	for i, addr := range s.addrs {
 		go func() {
-			named, seen, err := s.ask(ctx, addr)
-			answers <- answer{i, named, seen, err}
+			named, seen, switches, err := s.ask(ctx, addr)
+			answers <- answer{i, named, seen, switches, err}
 		}()
 	}
 	named := make([]string, len(s.addrs))
 	seen := make([]map[string]seenAs, len(s.addrs))
+	switches := make([]int64, len(s.addrs))
 	errs := make([]error, len(s.addrs))
 	for range s.addrs {
 		select {
 		case a := <-answers:
-			named[a.i], seen[a.i], errs[a.i] = a.named, a.seen, a.err
+			named[a.i], seen[a.i], switches[a.i], errs[a.i] = a.named, a.seen, a.switches, a.err
 			continue
 		case <-ctx.Done(): // a sentinel that cannot be reached in time names none
 			errs = append(errs, ctx.Err())
@@ -152,10 +162,16 @@ func (s *sentinels) master(ctx context.Context) (string, []string, error) {
 		}
 	}
 	if most < len(s.addrs)/2+1 { // a majority names one master, or none does
-		return "", nil, fmt.Errorf("fewer than a majority of the sentinels of %q (%d of %d) name one master %q: %w",
-			s.name, most, len(s.addrs), best, errors.Join(errs...))
+		return located{err: fmt.Errorf("fewer than a majority of the sentinels of %q (%d of %d) name one master %q: %w",
+			s.name, most, len(s.addrs), best, errors.Join(errs...))}
 	}
-	return best, stillMasters(best, seen), nil
+	l := located{addr: best, split: stillMasters(best, seen)}
+	for i, a := range named {
+		if a == best {
+			l.switches = max(l.switches, switches[i])
+		}
+	}
+	return l
 }
 
 // stillMasters returns, sorted, the servers other than master that the
@@ -201,33 +217,42 @@ const (
 	seenUnread                // not read yet (info-refresh 0), not down
 )
 
-// ask asks the sentinel at addr for the master, and what it says of each
-// replica (see master).
-func (s *sentinels) ask(ctx context.Context, addr string) (string, map[string]seenAs, error) {
+// ask asks the sentinel at addr for the master, what it says of each
+// replica, and its config-epoch of the set (see master).
+func (s *sentinels) ask(ctx context.Context, addr string) (string, map[string]seenAs, int64, error) {
 	c, err := s.client(addr)
 	if err != nil {
-		return "", nil, fmt.Errorf("sentinel %s: %w", addr, err)
+		return "", nil, 0, fmt.Errorf("sentinel %s: %w", addr, err)
 	}
 	res := c.DoMulti(ctx, c.B().SentinelGetMasterAddrByName().Master(s.name).Build(),
-		c.B().SentinelReplicas().Master(s.name).Build())
+		c.B().SentinelReplicas().Master(s.name).Build(),
+		c.B().Arbitrary("SENTINEL", "MASTER").Args(s.name).Build())
 	hp, err := res[0].AsStrSlice()
 	switch {
 	case rueidis.IsRedisNil(err):
-		return "", nil, fmt.Errorf("sentinel %s does not watch a master set named %q", addr, s.name)
+		return "", nil, 0, fmt.Errorf("sentinel %s does not watch a master set named %q", addr, s.name)
 	case err != nil:
-		return "", nil, fmt.Errorf("sentinel %s: %w", addr, err)
+		return "", nil, 0, fmt.Errorf("sentinel %s: %w", addr, err)
 	case len(hp) != 2:
-		return "", nil, fmt.Errorf("sentinel %s: unexpected reply %q", addr, hp)
+		return "", nil, 0, fmt.Errorf("sentinel %s: unexpected reply %q", addr, hp)
+	}
+	master, err := res[2].AsStrMap()
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("sentinel %s: SENTINEL MASTER: %w", addr, err)
+	}
+	switches, err := strconv.ParseInt(master["config-epoch"], 10, 64)
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("sentinel %s: SENTINEL MASTER: config-epoch %q", addr, master["config-epoch"])
 	}
 	replicas, err := res[1].ToArray()
 	if err != nil {
-		return "", nil, fmt.Errorf("sentinel %s: SENTINEL REPLICAS: %w", addr, err)
+		return "", nil, 0, fmt.Errorf("sentinel %s: SENTINEL REPLICAS: %w", addr, err)
 	}
 	seen := make(map[string]seenAs, len(replicas))
 	for _, r := range replicas {
 		m, err := r.AsStrMap()
 		if err != nil {
-			return "", nil, fmt.Errorf("sentinel %s: SENTINEL REPLICAS: %w", addr, err)
+			return "", nil, 0, fmt.Errorf("sentinel %s: SENTINEL REPLICAS: %w", addr, err)
 		}
 		as := seenReplica
 		switch {
@@ -239,7 +264,7 @@ func (s *sentinels) ask(ctx context.Context, addr string) (string, map[string]se
 		}
 		seen[net.JoinHostPort(m["ip"], m["port"])] = as
 	}
-	return net.JoinHostPort(hp[0], hp[1]), seen, nil
+	return net.JoinHostPort(hp[0], hp[1]), seen, switches, nil
 }
 
 // client returns the client for the sentinel at addr, made on first use
