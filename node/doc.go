@@ -136,7 +136,13 @@
 //     moves to the master its sentinels name only in a probe, which sees
 //     the new process (and checked quarantines it, naming the failover);
 //     a batch that reaches it first meets the script's replication-id
-//     check.
+//     check. Switches a probe did not see, a failover and a failback to
+//     a master that was never demoted (it kept its replication id, and
+//     lacks what the other took meanwhile) between two probes, raise
+//     the set's config-epoch, which every probe reads from the sentinels
+//     (Info.Switches): a rise quarantines as a failover does. The
+//     promotion's CLIENT KILL drops the engine's connection, so the
+//     probe comes before the next batch.
 //   - a Redis Cluster's shard failing over (CLUSTER FAILOVER, FORCE,
 //     TAKEOVER, or the cluster promoting a replica of a master that
 //     died): the slots' master is a new address, so a new shard actor,
@@ -192,6 +198,15 @@
 //   - a clock step: uptime is not used, so it shortens no quarantine. A
 //     step that expires keys early breaks Redlock's timing assumption;
 //     that is not a lost dataset and nothing here can see it.
+//
+// How long the quarantine is: until every lease the node may have held
+// has expired, which the longest TTL used on it bounds. Engines of
+// several deployments may share nodes with different TTLs, so each
+// records the TTLs it uses on its nodes (RecordKey, beside the marker;
+// see horizon.go) and quarantines for the longest any of its probes
+// finds, Config.Quarantine at least. (Before the record, an engine whose
+// MaxTTL was shorter than another's TTL gave two holders in 4 of 4 runs
+// of a restart schedule; TestQuarantineFollowsLongestRecordedTTL.)
 //
 // CONFIG RESETSTAT lowers the counts: it reads as a loss. So does a
 // master's first replica (or the first after repl-backlog-ttl without
