@@ -38,7 +38,7 @@
 --        ARGV value, announce, leave, successor since, successor, successor ttl, keep, ungranted
 --   q  queue -> 1
 --        KEYS lock, queue, grants
---        ARGV value, since, ttl
+--        ARGV value, ttl, since
 --   f  fence -> 1 | 0
 --        KEYS lock, fence
 --        ARGV value, token
@@ -161,26 +161,39 @@
 -- an idle one expires, and starts again at the node's clock.
 
 -- Each call runs this body again, closures included, so it defines only
--- what a command needs more than once: run, epochHolds, arity, join,
+-- what a command needs more than once: run, epochHolds, arity (below, generated), join,
 -- leaves, taken;
 -- and runAll, so that a batch costs one pcall rather than one per
 -- command.
 
 local epochOK = nil -- whether the marker is the one required, read once
 
--- arity is how many KEYS and ARGV, its code included, a command of code
--- c takes (the header's lines say which; Go: scriptCmds), or nothing for
--- an unknown code. A chain of comparisons, not tables: the body runs
--- again at every call, and two tables of codes cost each call of a
--- single command (most calls on a Redis Cluster) a microsecond of the
--- node's time, as much as the rest of the body.
+-- BEGIN the protocol table, generated from scriptCmds (protocol.go) by
+-- `go test ./node -run TestScriptAgreesWithTable -update`: do not edit.
+local epochKey, epochRequired, channel, sharded = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local K_lock = 0
+local A_value = 0
+local A_ttl = 1
+local K_queue = 1
+local K_grants = 2
+local A_since = 2
+local K_A_fence = 3
+local K_f_fence = 1
+local A_announce = 1
+local A_leave = 2
+local A_successorSince = 3
+local A_successor = 4
+local A_successorTtl = 5
+local A_keep = 6
+local A_ungranted = 7
+local A_token = 1
 local function arity(c)
   if c == 'a' then return 1, 3
-  elseif c == 'd' then return 1, 2
-  elseif c == 'e' then return 1, 3
-  elseif c == 'r' then return 3, 2
   elseif c == 'w' then return 3, 4
   elseif c == 'A' then return 4, 4
+  elseif c == 'e' then return 1, 3
+  elseif c == 'd' then return 1, 2
+  elseif c == 'r' then return 3, 2
   elseif c == 'l' then return 3, 2
   elseif c == 's' then return 3, 9
   elseif c == 'q' then return 3, 4
@@ -189,6 +202,7 @@ local function arity(c)
   elseif c == 'h' then return 1, 3
   end
 end
+-- END the protocol table
 
 -- The release channel's suffix and the end of an announcement that
 -- granted (Go: ReleasedSuffix, GrantedSuffix).
@@ -213,11 +227,11 @@ local fenceIdle = 3600000
 -- commandstats costs the node tens of microseconds: only there.
 local function epochHolds()
   if epochOK == nil then
-    epochOK = ARGV[1] == ''
+    epochOK = epochRequired == ''
     if not epochOK then
-      local replid, run, losses, db, debug = string.match(ARGV[1], '^(%x+) (%x+) (%d+) (%d+)(.*)$')
+      local replid, run, losses, db, debug = string.match(epochRequired, '^(%x+) (%x+) (%d+) (%d+)(.*)$')
       local lineage = replid .. ' ' .. run .. ' ' .. losses .. ' ' .. db
-      if redis.call('GET', KEYS[1]) == lineage then
+      if redis.call('GET', epochKey) == lineage then
         local info = redis.call('INFO', 'replication')
         epochOK = string.find(info, 'master_replid:' .. replid .. '\r', 1, true) ~= nil and
           string.find(info, 'role:master\r', 1, true) ~= nil
@@ -242,8 +256,8 @@ local function join(queue, grants, since, member, ttl, value)
   if redis.call('PTTL', queue) < 2 * tonumber(ttl) then
     redis.call('PEXPIRE', queue, 2 * tonumber(ttl))
   end
-  if value and ARGV[2] ~= '' then
-    redis.call('HSET', grants, member, ttl .. ' ' .. ARGV[2] .. ' ' .. value)
+  if value and channel ~= '' then
+    redis.call('HSET', grants, member, ttl .. ' ' .. channel .. ' ' .. value)
     -- Only raised, as the queue's: a shorter waiter's must not drop a
     -- longer one's entry.
     if redis.call('PTTL', grants) < 2 * tonumber(ttl) then
@@ -268,11 +282,11 @@ end
 -- run runs the command coded c whose keys start at KEYS[k] and whose
 -- arguments at ARGV[a]; the keys are in the order of its header line.
 local function run(c, k, a)
-  local lock, value = KEYS[k], ARGV[a]
+  local lock, value = KEYS[k + K_lock], ARGV[a + A_value]
   if c == 'a' or c == 'w' or c == 'A' then
-    local ttl, since, queue, grants = ARGV[a + 1], '', nil, nil
+    local ttl, since, queue, grants = ARGV[a + A_ttl], '', nil, nil
     if c ~= 'a' then
-      since, queue, grants = ARGV[a + 2], KEYS[k + 1], KEYS[k + 2]
+      since, queue, grants = ARGV[a + A_since], KEYS[k + K_queue], KEYS[k + K_grants]
     end
     if not epochHolds() then
       return -1
@@ -297,7 +311,7 @@ local function run(c, k, a)
     end
     local now = redis.call('TIME')
     local floor = tonumber(now[1]) * 1000000 + tonumber(now[2])
-    local fence = KEYS[k + 3]
+    local fence = KEYS[k + K_A_fence]
     local counter = tonumber(redis.call('GET', fence) or '0')
     if counter < floor then
       counter = floor
@@ -307,7 +321,7 @@ local function run(c, k, a)
   elseif c == 'e' then
     local holder = redis.call('GET', lock)
     if holder == value then
-      return redis.call('PEXPIRE', lock, ARGV[a + 1])
+      return redis.call('PEXPIRE', lock, ARGV[a + A_ttl])
     elseif holder then
       return 0
     end
@@ -316,7 +330,7 @@ local function run(c, k, a)
     if not epochHolds() then
       return -1
     end
-    if redis.call('SET', lock, value, 'NX', 'PX', ARGV[a + 1]) then
+    if redis.call('SET', lock, value, 'NX', 'PX', ARGV[a + A_ttl]) then
       return 1
     end
     return 0
@@ -327,11 +341,11 @@ local function run(c, k, a)
     -- and does not carry its keys.
     local queue, grants, queued = nil, nil, false
     if c ~= 'd' then
-      queue, grants = KEYS[k + 1], KEYS[k + 2]
+      queue, grants = KEYS[k + K_queue], KEYS[k + K_grants]
     end
     if c == 's' then
-      announce, leave = ARGV[a + 1] == '1', ARGV[a + 2] == '1'
-      if ARGV[a + 6] == '1' and redis.call('GET', lock) == value then
+      announce, leave = ARGV[a + A_announce] == '1', ARGV[a + A_leave] == '1'
+      if ARGV[a + A_keep] == '1' and redis.call('GET', lock) == value then
         if leave then
           leaves(queue, grants, redis.sha1hex(value))
         end
@@ -346,9 +360,11 @@ local function run(c, k, a)
       me = redis.sha1hex(value)
       leaves(queue, grants, me)
     end
-    if c == 's' and queued and ARGV[a + 4] ~= '' then
+    if c == 's' and queued and ARGV[a + A_successor] ~= '' then
       -- An ungranted successor (a kept place) is named, never granted.
-      join(queue, grants, ARGV[a + 3], redis.sha1hex(ARGV[a + 4]), ARGV[a + 5], ARGV[a + 7] ~= '1' and ARGV[a + 4])
+      local successor = ARGV[a + A_successor]
+      join(queue, grants, ARGV[a + A_successorSince], redis.sha1hex(successor), ARGV[a + A_successorTtl],
+        ARGV[a + A_ungranted] ~= '1' and successor)
     end
     local holder = redis.call('GET', lock)
     local deleted = holder == value
@@ -373,7 +389,7 @@ local function run(c, k, a)
           -- node that denies PUBSUB (an ACL without pub/sub) answers an
           -- error table, with no count; it grants nobody, and the
           -- release stands.
-          if ARGV[2] ~= '' and epochHolds()
+          if channel ~= '' and epochHolds()
               and (redis.pcall('PUBSUB', 'NUMSUB', string.sub(g, s1 + 1, s2 - 1))[2] or 0) > 0
               and redis.call('SET', lock, string.sub(g, s2 + 1), 'NX', 'PX', string.sub(g, 1, s1 - 1)) then
             granted = grantedSuffix
@@ -384,7 +400,7 @@ local function run(c, k, a)
         standby = ''
       end
       if deleted or next ~= '' then
-        redis.pcall(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', lock .. releasedSuffix,
+        redis.pcall(sharded == '1' and 'SPUBLISH' or 'PUBLISH', lock .. releasedSuffix,
           (deleted and (me or redis.sha1hex(value)) or '') .. ' ' .. next .. ' ' .. standby .. granted)
       end
     end
@@ -393,13 +409,13 @@ local function run(c, k, a)
     end
     return 0
   elseif c == 'q' then
-    join(KEYS[k + 1], KEYS[k + 2], ARGV[a + 1], redis.sha1hex(value), ARGV[a + 2], value)
+    join(KEYS[k + K_queue], KEYS[k + K_grants], ARGV[a + A_since], redis.sha1hex(value), ARGV[a + A_ttl], value)
     return 1
   elseif c == 'f' then
     if redis.call('GET', lock) ~= value then
       return 0
     end
-    local fence, token = KEYS[k + 1], ARGV[a + 1]
+    local fence, token = KEYS[k + K_f_fence], ARGV[a + A_token]
     if tonumber(redis.call('GET', fence) or '0') < tonumber(token) then
       redis.call('SET', fence, token)
     end

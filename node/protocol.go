@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -100,10 +101,108 @@ var scriptCmds = [...]scriptCmd{
 	codeReleaseFull: {"s", "release with options", []key{keyLock, keyQueue, keyGrants},
 		[]arg{argValue, argAnnounce, argLeave, argSuccessorSince, argSuccessor, argSuccessorTTL, argKeep, argUngranted},
 		"1 | 0"},
-	codeQueue: {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argSince, argTTL}, "1"},
+	codeQueue: {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argTTL, argSince}, "1"},
 	codeFence: {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
 	codeCheck: {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | 0 | -1"},
 	codeHeal:  {"h", "heal", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -1"},
+}
+
+// luaName is name as batch.lua reads it: "successor since" is
+// successorSince.
+func luaName(name string) string {
+	words := strings.Fields(name)
+	for i := 1; i < len(words); i++ {
+		words[i] = strings.ToUpper(words[i][:1]) + words[i][1:]
+	}
+	return strings.Join(words, "")
+}
+
+// preambleArgs name the ARGV a batch script call carries before its
+// commands (scriptPreamble of them), as batch.lua reads them.
+var preambleArgs = [...]string{"epoch required", "channel", "sharded"}
+
+// Where batch.lua's generated part begins and ends.
+const (
+	preludeBegin = "-- BEGIN the protocol table, generated from scriptCmds (protocol.go) by"
+	preludeEnd   = "-- END the protocol table"
+)
+
+// prelude is batch.lua's generated part: the preamble's arguments by
+// name; where each command finds each of its KEYS (offset from its first
+// key: K_<key>) and ARGV (offset from its first argument: A_<arg>), by
+// name, one constant for a name at the same place in every command that
+// takes it, else one per code (K_<code>_<key>); and arity, how many KEYS
+// and ARGV, its code included, a command of code c takes (nothing for an
+// unknown code). Constants and a chain of comparisons, not tables: the
+// body runs again at every call, and tables of codes cost each call of a
+// single command (most calls on a Redis Cluster) a microsecond of the
+// node's time, as much as the rest of the body.
+// TestScriptAgreesWithTable checks that batch.lua holds it.
+func prelude() string {
+	var b strings.Builder
+	b.WriteString(preludeBegin + "\n-- `go test ./node -run TestScriptAgreesWithTable -update`: do not edit.\n")
+	names := make([]string, len(preambleArgs))
+	values := make([]string, len(preambleArgs))
+	for i, p := range preambleArgs {
+		names[i], values[i] = luaName(p), fmt.Sprintf("ARGV[%d]", i+1)
+	}
+	fmt.Fprintf(&b, "local epochKey, %s = KEYS[1], %s\n", strings.Join(names, ", "), strings.Join(values, ", "))
+	for _, o := range offsets() {
+		fmt.Fprintf(&b, "local %s = %d\n", o.name, o.at)
+	}
+	b.WriteString("local function arity(c)\n")
+	for i, c := range scriptCmds {
+		word := "elseif"
+		if i == 0 {
+			word = "if"
+		}
+		fmt.Fprintf(&b, "  %s c == '%s' then return %d, %d\n", word, c.code, len(c.keys), 1+len(c.args))
+	}
+	b.WriteString("  end\nend\n" + preludeEnd + "\n")
+	return b.String()
+}
+
+// offset is a generated constant of prelude: where a key or argument
+// is, from a command's first.
+type offset struct {
+	name string
+	at   int
+}
+
+// offsets are prelude's constants, in the order names first appear.
+func offsets() []offset {
+	type place struct {
+		code string
+		at   int
+	}
+	var order []string
+	places := map[string][]place{}
+	note := func(name, code string, at int) {
+		if _, ok := places[name]; !ok {
+			order = append(order, name)
+		}
+		places[name] = append(places[name], place{code, at})
+	}
+	for _, c := range scriptCmds {
+		for i, k := range c.keys {
+			note("K_"+luaName(keyNames[k]), c.code, i)
+		}
+		for i, a := range c.args {
+			note("A_"+luaName(argNames[a]), c.code, i)
+		}
+	}
+	var out []offset
+	for _, name := range order {
+		ps := places[name]
+		if !slices.ContainsFunc(ps, func(p place) bool { return p.at != ps[0].at }) {
+			out = append(out, offset{name, ps[0].at})
+			continue
+		}
+		for _, p := range ps {
+			out = append(out, offset{name[:2] + p.code + "_" + name[2:], p.at})
+		}
+	}
+	return out
 }
 
 // header is c's lines in batch.lua's header.

@@ -1,7 +1,8 @@
 package node
 
 import (
-	"maps"
+	flagpkg "flag"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -9,6 +10,27 @@ import (
 	"testing"
 	"time"
 )
+
+var update = flagpkg.Bool("update", false, "rewrite batch.lua's generated protocol table")
+
+// writePrelude writes prelude into batch.lua, between its markers.
+func writePrelude(t *testing.T) {
+	t.Helper()
+	src, err := os.ReadFile("batch.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(src)
+	i, j := strings.Index(s, preludeBegin), strings.Index(s, preludeEnd)
+	if i < 0 || j < i {
+		t.Fatal("batch.lua has no protocol table's markers")
+	}
+	s = s[:i] + prelude() + s[j+len(preludeEnd)+1:]
+	if err := os.WriteFile("batch.lua", []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	batchLua = s
+}
 
 // batch.lua states the protocol as scriptCmds does: its header lines, and
 // the arity its dispatcher moves by. An arity that differed would shift
@@ -40,21 +62,26 @@ func TestScriptAgreesWithTable(t *testing.T) {
 		}
 	}
 
-	lua := map[string][2]int{}
-	for _, m := range regexp.MustCompile(`(?m)^  (?:if|elseif) c == '(\w)' then return (\d+), (\d+)$`).FindAllStringSubmatch(batchLua, -1) {
-		nk, _ := strconv.Atoi(m[2])
-		na, _ := strconv.Atoi(m[3])
-		if _, dup := lua[m[1]]; dup {
-			t.Errorf("batch.lua's arity names %q twice", m[1])
+	// The generated part, constants and arity, is prelude's; batch.lua
+	// reads every key and argument through its names.
+	if *update {
+		writePrelude(t)
+	}
+	if !strings.Contains(batchLua, prelude()) {
+		t.Errorf("batch.lua's protocol table is not prelude's (go test ./node -run TestScriptAgreesWithTable -update):\n%s", prelude())
+	}
+	defined := map[string]bool{}
+	for _, o := range offsets() {
+		defined[o.name] = true
+	}
+	body := batchLua[strings.Index(batchLua, preludeEnd):]
+	for _, m := range regexp.MustCompile(`\b[KA]_\w+`).FindAllString(body, -1) {
+		if !defined[m] {
+			t.Errorf("batch.lua reads %s, which the protocol table does not define", m)
 		}
-		lua[m[1]] = [2]int{nk, na}
 	}
-	goSide := map[string][2]int{}
-	for _, c := range scriptCmds {
-		goSide[c.code] = [2]int{len(c.keys), 1 + len(c.args)} // its code is an ARGV too
-	}
-	if !maps.Equal(lua, goSide) {
-		t.Errorf("batch.lua's arity (KEYS, ARGV with the code) is\n%v\nscriptCmds'\n%v", lua, goSide)
+	if m := regexp.MustCompile(`(ARGV|KEYS)\[[^]]*\b\d`).FindAllString(body, -1); len(m) > 0 {
+		t.Errorf("batch.lua reads by position, not by name: %q", m)
 	}
 
 	// Commands start after the preamble: KEYS[2] and ARGV[1+scriptPreamble].
@@ -124,7 +151,7 @@ func TestCommandsEncode(t *testing.T) {
 		{&Acquire{Request: r, TTL: ttl, Since: "5"}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"w", "v", "3000", "5"}},
 		{&Acquire{Request: r, TTL: ttl, FenceKey: "{r}:fence"}, []string{"{r}", "{r}:queue", "{r}:queue:grants", "{r}:fence"},
 			[]string{"A", "v", "3000", ""}},
-		{&Queue{Request: r, TTL: ttl, Since: "5"}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"q", "v", "5", "3000"}},
+		{&Queue{Request: r, TTL: ttl, Since: "5"}, []string{"{r}", "{r}:queue", "{r}:queue:grants"}, []string{"q", "v", "3000", "5"}},
 		{&Fence{Request: r, FenceKey: "{r}:fence", Token: 9}, []string{"{r}", "{r}:fence"}, []string{"f", "v", "9"}},
 		{&Extend{Request: r, TTL: ttl}, []string{"{r}"}, []string{"e", "v", "3000"}},
 		{&Check{Request: r}, []string{"{r}"}, []string{"c", "v"}},

@@ -58,7 +58,7 @@ func (m *millis) format(d time.Duration) string {
 // commands: the epoch, the channel, and the sharded flag (batch.lua's
 // header; TestScriptAgreesWithTable checks where batch.lua starts reading
 // commands).
-const scriptPreamble = 3
+const scriptPreamble = len(preambleArgs)
 
 // scriptArgs is a batch script call in the making; the sender goroutine
 // keeps one and reuses it.
