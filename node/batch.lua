@@ -33,9 +33,15 @@
 --   l  release, announced, leaving the queue -> 1 | 0
 --        KEYS lock, queue, grants
 --        ARGV value
---   s  release with options -> 1 | 0
+--   H  hand-off: release, announced, queueing a successor -> 1 | 0
 --        KEYS lock, queue, grants
---        ARGV value, announce, leave, successor since, successor, successor ttl, keep, ungranted
+--        ARGV value, leave, successor since, successor, successor ttl, ungranted
+--   C  cleanup keeping a grant or its place -> 1 | 0
+--        KEYS lock, queue, grants
+--        ARGV value, ttl, since, announce, keep
+--   g  leave, keeping a grant -> 0
+--        KEYS lock, queue, grants
+--        ARGV value
 --   q  queue -> 1
 --        KEYS lock, queue, grants
 --        ARGV value, ttl, since
@@ -179,13 +185,13 @@ local K_grants = 2
 local A_since = 2
 local K_A_fence = 3
 local K_f_fence = 1
-local A_announce = 1
-local A_leave = 2
-local A_successorSince = 3
-local A_successor = 4
-local A_successorTtl = 5
-local A_keep = 6
-local A_ungranted = 7
+local A_leave = 1
+local A_successorSince = 2
+local A_successor = 3
+local A_successorTtl = 4
+local A_ungranted = 5
+local A_announce = 3
+local A_keep = 4
 local A_token = 1
 local function arity(c)
   if c == 'a' then return 1, 3
@@ -195,7 +201,9 @@ local function arity(c)
   elseif c == 'd' then return 1, 2
   elseif c == 'r' then return 3, 2
   elseif c == 'l' then return 3, 2
-  elseif c == 's' then return 3, 9
+  elseif c == 'H' then return 3, 7
+  elseif c == 'C' then return 3, 6
+  elseif c == 'g' then return 3, 2
   elseif c == 'q' then return 3, 4
   elseif c == 'f' then return 2, 3
   elseif c == 'c' then return 1, 2
@@ -334,8 +342,11 @@ local function run(c, k, a)
       return 1
     end
     return 0
-  elseif c == 'd' or c == 'r' or c == 'l' or c == 's' then
-    local announce, leave = c == 'r' or c == 'l', c == 'l'
+  elseif c == 'd' or c == 'r' or c == 'l' or c == 'H' or c == 'C' then
+    local announce, leave = c == 'r' or c == 'l' or c == 'H', c == 'l'
+    -- A successor to queue before the next waiter is named: a hand-off's
+    -- (granted when named, unless ungranted), or a cleanup's own place.
+    local successor, since, ttl, grantable = '', '', nil, true
     -- Only a release that announces, leaves or queues a successor looks
     -- at the queue: a silent one (d, a failed round's cleanup) need not,
     -- and does not carry its keys.
@@ -343,16 +354,21 @@ local function run(c, k, a)
     if c ~= 'd' then
       queue, grants = KEYS[k + K_queue], KEYS[k + K_grants]
     end
-    if c == 's' then
-      announce, leave = ARGV[a + A_announce] == '1', ARGV[a + A_leave] == '1'
+    if c == 'H' then
+      leave = ARGV[a + A_leave] == '1'
+      successor, since, ttl = ARGV[a + A_successor], ARGV[a + A_successorSince], ARGV[a + A_successorTtl]
+      grantable = ARGV[a + A_ungranted] ~= '1'
+    elseif c == 'C' then
+      announce = ARGV[a + A_announce] == '1'
       if ARGV[a + A_keep] == '1' and redis.call('GET', lock) == value then
-        if leave then
-          leaves(queue, grants, redis.sha1hex(value))
-        end
         return 0 -- a grant, kept
       end
+      since, ttl = ARGV[a + A_since], ARGV[a + A_ttl]
+      if since ~= '' then
+        successor = value
+      end
     end
-    if announce or leave or c == 's' then
+    if announce or leave or c == 'C' then
       queued = redis.call('EXISTS', queue) == 1
     end
     local me = nil
@@ -360,11 +376,9 @@ local function run(c, k, a)
       me = redis.sha1hex(value)
       leaves(queue, grants, me)
     end
-    if c == 's' and queued and ARGV[a + A_successor] ~= '' then
+    if queued and successor ~= '' then
       -- An ungranted successor (a kept place) is named, never granted.
-      local successor = ARGV[a + A_successor]
-      join(queue, grants, ARGV[a + A_successorSince], redis.sha1hex(successor), ARGV[a + A_successorTtl],
-        ARGV[a + A_ungranted] ~= '1' and successor)
+      join(queue, grants, since, redis.sha1hex(successor), ttl, grantable and successor)
     end
     local holder = redis.call('GET', lock)
     local deleted = holder == value
@@ -407,6 +421,9 @@ local function run(c, k, a)
     if deleted then
       return 1
     end
+    return 0
+  elseif c == 'g' then
+    leaves(KEYS[k + K_queue], KEYS[k + K_grants], redis.sha1hex(value))
     return 0
   elseif c == 'q' then
     join(KEYS[k + K_queue], KEYS[k + K_grants], ARGV[a + A_since], redis.sha1hex(value), ARGV[a + A_ttl], value)

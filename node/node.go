@@ -217,6 +217,7 @@ type entry struct {
 	successorTTL time.Duration // and its TTL
 	ungranted    bool          // and HandOff.Ungranted
 	keep         bool          // a release that keeps a grant (Cleanup.Keep, Leave.KeepGrant)
+	cleanup      bool          // a Cleanup: its successor is its own place
 	// silent: a release whose Vote went out unanswered by Redis; it is
 	// sent again, first, until Redis answers or its key expired.
 	silent bool
@@ -477,7 +478,7 @@ func (a *nodeActor) command(msg any) {
 			successor: m.Successor, since: m.SuccessorSince, successorTTL: successorTTL, ungranted: m.Ungranted})
 	case *Cleanup:
 		e := entry{op: opRelease, req: &m.Request, ttl: m.TTL, announce: m.Announce, successorTTL: m.TTL,
-			keep: m.Keep&(1<<min(a.cfg.Index, 63)) != 0}
+			keep: m.Keep&(1<<min(a.cfg.Index, 63)) != 0, cleanup: true}
 		if m.Since != "" {
 			e.successor, e.since = m.Value, m.Since
 		}

@@ -26,7 +26,9 @@ const (
 	codeRelease                      // d: silent
 	codeReleaseAnnounced             // r
 	codeReleaseLeaving               // l: announced, and out of the queue
-	codeReleaseFull                  // s: every option of a release
+	codeHandOff                      // H: announced, queueing a successor (HandOff)
+	codeCleanupKeeping               // C: a failed round's, keeping a grant or its place (Cleanup)
+	codeLeaveKeeping                 // g: out of the queue, keeping a grant (Leave.KeepGrant)
 	codeQueue                        // q
 	codeFence                        // f
 	codeCheck                        // c
@@ -54,7 +56,7 @@ const (
 	argSince                     // when the caller began to wait (µs), or '': it does not queue
 	argToken                     // a fencing token
 	argAnnounce                  // '1': announce the release
-	argLeave                     // '1': the owner leaves the queue too
+	argLeave                     // '1': the owner leaves the queue too (HandOff.Queued)
 	argSuccessorSince            // when the successor began to wait (µs)
 	argSuccessor                 // the successor's value, or '': none
 	argSuccessorTTL              // the successor's TTL (ms)
@@ -98,13 +100,15 @@ var scriptCmds = [...]scriptCmd{
 	codeReleaseAnnounced: {"r", "release, announced", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "1 | 0"},
 	codeReleaseLeaving: {"l", "release, announced, leaving the queue", []key{keyLock, keyQueue, keyGrants},
 		[]arg{argValue}, "1 | 0"},
-	codeReleaseFull: {"s", "release with options", []key{keyLock, keyQueue, keyGrants},
-		[]arg{argValue, argAnnounce, argLeave, argSuccessorSince, argSuccessor, argSuccessorTTL, argKeep, argUngranted},
-		"1 | 0"},
-	codeQueue: {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argTTL, argSince}, "1"},
-	codeFence: {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
-	codeCheck: {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | 0 | -1"},
-	codeHeal:  {"h", "heal", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -1"},
+	codeHandOff: {"H", "hand-off: release, announced, queueing a successor", []key{keyLock, keyQueue, keyGrants},
+		[]arg{argValue, argLeave, argSuccessorSince, argSuccessor, argSuccessorTTL, argUngranted}, "1 | 0"},
+	codeCleanupKeeping: {"C", "cleanup keeping a grant or its place", []key{keyLock, keyQueue, keyGrants},
+		[]arg{argValue, argTTL, argSince, argAnnounce, argKeep}, "1 | 0"},
+	codeLeaveKeeping: {"g", "leave, keeping a grant", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "0"},
+	codeQueue:        {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argTTL, argSince}, "1"},
+	codeFence:        {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
+	codeCheck:        {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | 0 | -1"},
+	codeHeal:         {"h", "heal", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -1"},
 }
 
 // luaName is name as batch.lua reads it: "successor since" is
@@ -303,16 +307,20 @@ func (e *entry) code() code {
 		return codeHeal
 	}
 	switch {
-	case e.successor != "" || e.keep:
-		return codeReleaseFull
+	case e.keep && e.leave:
+		return codeLeaveKeeping
+	case e.cleanup && (e.keep || e.successor != ""):
+		return codeCleanupKeeping
+	case e.successor != "":
+		return codeHandOff
 	case e.announce && e.leave:
 		return codeReleaseLeaving
 	case e.announce:
 		return codeReleaseAnnounced
-	case !e.leave:
-		return codeRelease
 	}
-	return codeReleaseFull // leaving silently
+	// A release that leaves silently would be a release, leaving: none is
+	// made (every one that leaves announces, or keeps a grant).
+	return codeRelease
 }
 
 // queueKeys are r.Key's queue and grants keys: slices of r.Grants (a
