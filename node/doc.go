@@ -50,6 +50,34 @@
 // from the lease actor to this goroutine, not through a dispatcher worker
 // first.
 //
+// # Files
+//
+// node.go: the actor, its Config, its messages' entries and jobs;
+// batching.go: commands queued and cut into batches (flush), commands on
+// one key in order; wire.go: the sender goroutines that put a batch on
+// the connection and answer each command; link.go: how many batches go
+// on the wire at once, by the link's round trip; health.go: probes,
+// markers and quarantines; horizon.go: the TTL record; plain.go: plain
+// acquires; protocol.go: the script's table; cluster*.go, sentinel.go,
+// conn.go: what a node is besides one master.
+//
+// # Locks
+//
+// The node actor's state has no lock: one goroutine at a time runs it
+// (the mailbox's run, on a sender goroutine between batches). Six
+// mutexes guard what other goroutines share, each for a few field reads
+// or writes and none across a call to Redis. Where one is taken while
+// another is held, it is in this order, and never the reverse:
+//
+//	ClusterWatcher.mu  →  Cluster.mu  →  Conn.mu
+//
+// (a ClusterWatcher asks the cluster's masters under its own lock;
+// Cluster.split sets each shard's Conn's split under the cluster's).
+// Cluster.apply calls its followers (ClusterWatcher.follow) after it has
+// let its lock go. Watcher.mu, sentinels.mu and Horizon.mu are leaves:
+// nothing is locked while one is held, and Conn.locate asks its
+// sentinels before it takes Conn.mu.
+//
 // It is the engine's machinery: its exported names serve the other
 // packages of this module and carry no compatibility promise. Users
 // import package engine.
