@@ -3,9 +3,11 @@ package safety
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
+	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
@@ -199,4 +201,57 @@ func (r *run) clockStep(ctx context.Context, k int) error {
 		r.jumps = append(r.jumps, ClockJump{Node: k, From: from, To: time.Now(), Ahead: ahead, Keys: keys})
 	}
 	return err
+}
+
+// FaultLongerLeases: another deployment's longer leases on the same nodes
+// (issue 43): an engine whose TTL is clusterTTLs of the workers' holds a
+// worker's resource on exactly three nodes (two are dead), one of which
+// restarts empty as the dead two come back empty: bareMajority's
+// schedule, under a lease longer than the workers' MaxTTL. The workers'
+// engines must sit the three out for the longest TTL recorded on the
+// nodes, not their own.
+const FaultLongerLeases = "longer leases beside"
+
+// longerLeases injects FaultLongerLeases from node k.
+func (r *run) longerLeases(ctx context.Context, rng *rand.Rand, k int, hold time.Duration) error {
+	ttl := clusterTTLs * r.cfg.TTL
+	long, err := r.startEngine("long", engine.Config{Nodes: r.addrs, TTL: ttl, HealthInterval: workHealth})
+	if err != nil {
+		return err
+	}
+	defer r.closeEngine(long)
+	three := r.next(FaultLongerLeases, k, 3)
+	a, b, c := three[0], three[1], three[2]
+	// An odd resource: its holders write nothing (see hold). The workers
+	// contend for it: A tries until it gets it, within its TTL.
+	resource := fmt.Sprintf("res-%d", 1+2*rng.IntN(max(1, r.cfg.Resources/2)))
+	actx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
+	var l *engine.Lease
+	for {
+		if l, err = long.Acquire(actx, resource, workerRetry); err == nil {
+			break
+		}
+		if !sleep(actx, 10*time.Millisecond) {
+			return fmt.Errorf("the long lease: %w", err)
+		}
+	}
+	h := r.rec.Held(resource, "long/A", l.Value(), time.Now(), l.Until(), l.Token())
+	defer func() {
+		r.rec.Ended(h, time.Now(), l.Until())
+		_ = l.Release(context.Background())
+	}()
+	// Two die: the lease lives on three, one of which then restarts
+	// empty, and the two come back empty.
+	r.nodesDown.Add(2)
+	defer r.nodesDown.Add(-2)
+	_, _ = r.cluster.Nodes[a].Kill(), r.cluster.Nodes[b].Kill()
+	sleep(ctx, min(hold, ttl/4))
+	_ = r.cluster.Nodes[c].Kill()
+	var errs []error
+	for _, i := range []int{c, a, b} {
+		errs = append(errs, r.restart(i, r.cluster.Nodes[i].Restart))
+	}
+	sleep(ctx, time.Until(l.Until())) // the workers try meanwhile
+	return errors.Join(errs...)
 }

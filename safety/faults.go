@@ -10,15 +10,16 @@ import (
 
 // faultKind is one row of the fault registry: a kind's name (a Fault...
 // constant), the kind of node it hits (Standalone, Sentinel or
-// ClusterNode), how many times a round of the run injects it, and its
-// injector. The kind list (Kinds), the nodes a kind may hit (hits), the
+// ClusterNode), how many times a round of the run injects it, its
+// injector, and how many nodes of that kind it needs to be injected. The kind list (Kinds), the nodes a kind may hit (hits), the
 // dispatch (fault) and a round (inject) all derive from the registry: a
-// new kind is a row and its injector.
+// new kind is a row and its injector (and its name's constant).
 type faultKind struct {
 	name     string
 	hits     string
 	perRound int // 0: once
 	inject   injector
+	takes    int // nodes of its kind it needs at least
 }
 
 // injector injects a fault on node k (and, for a fault that hits
@@ -33,44 +34,45 @@ var registry []faultKind
 
 func init() {
 	registry = []faultKind{
-		{FaultKillRestart, Standalone, 2, (*run).killRestart},
-		{FaultPause, Standalone, 2, (*run).pause},
-		{FaultSlowLink, Standalone, 2, (*run).slowLink},
-		{FaultMajorityPause, Standalone, 1, (*run).majorityPause},
-		{FaultBareMajority, Standalone, 1, (*run).bareMajority},
-		{FaultScriptFlush, Standalone, 1, command("SCRIPT", "FLUSH")},
-		{FaultDebugSleep, Standalone, 1, (*run).debugSleep},
-		{FaultSnapshotRestart, Standalone, 1, (*run).snapshotRestart},
-		{FaultIdleEngine, Standalone, 1, withoutHold((*run).idleAcquire)},
-		{FaultNewEngine, Standalone, 1, func(r *run, ctx context.Context, _ *rand.Rand, _ int, _ time.Duration) error { return r.join(ctx) }},
-		{FaultClientKill, Standalone, 1, command("CLIENT", "KILL", "TYPE", "normal")},
-		{FaultPubSubKill, Standalone, 1, command("CLIENT", "KILL", "TYPE", "pubsub")},
-		{FaultClockJump, Standalone, 1, withoutHold((*run).clockJump)},
-		{FaultEviction, Standalone, 1, (*run).eviction},
-		{FaultFailover, Standalone, 1, withoutRand((*run).failover)},
-		{FaultFlush, Standalone, 1, withoutHold((*run).flush)},
-		{FaultRepromote, Standalone, 1, withoutRand((*run).repromote)},
-		{FaultFailback, Standalone, 1, withoutRand((*run).failback)},
-		{FaultReload, Standalone, 1, withoutRand((*run).reload)},
-		{FaultProxySwitch, Standalone, 1, (*run).proxySwitch},
+		{FaultKillRestart, Standalone, 2, (*run).killRestart, 1},
+		{FaultPause, Standalone, 2, (*run).pause, 1},
+		{FaultSlowLink, Standalone, 2, (*run).slowLink, 1},
+		{FaultMajorityPause, Standalone, 1, (*run).majorityPause, 1},
+		{FaultBareMajority, Standalone, 1, (*run).bareMajority, 3},
+		{FaultLongerLeases, Standalone, 1, (*run).longerLeases, 3},
+		{FaultScriptFlush, Standalone, 1, command("SCRIPT", "FLUSH"), 1},
+		{FaultDebugSleep, Standalone, 1, (*run).debugSleep, 1},
+		{FaultSnapshotRestart, Standalone, 1, (*run).snapshotRestart, 1},
+		{FaultIdleEngine, Standalone, 1, withoutHold((*run).idleAcquire), 1},
+		{FaultNewEngine, Standalone, 1, func(r *run, ctx context.Context, _ *rand.Rand, _ int, _ time.Duration) error { return r.join(ctx) }, 1},
+		{FaultClientKill, Standalone, 1, command("CLIENT", "KILL", "TYPE", "normal"), 1},
+		{FaultPubSubKill, Standalone, 1, command("CLIENT", "KILL", "TYPE", "pubsub"), 1},
+		{FaultClockJump, Standalone, 1, withoutHold((*run).clockJump), 1},
+		{FaultEviction, Standalone, 1, (*run).eviction, 1},
+		{FaultFailover, Standalone, 1, withoutRand((*run).failover), 1},
+		{FaultFlush, Standalone, 1, withoutHold((*run).flush), 1},
+		{FaultRepromote, Standalone, 1, withoutRand((*run).repromote), 1},
+		{FaultFailback, Standalone, 1, withoutRand((*run).failback), 1},
+		{FaultReload, Standalone, 1, withoutRand((*run).reload), 1},
+		{FaultProxySwitch, Standalone, 1, (*run).proxySwitch, 1},
 		{FaultClockStep, Standalone, 1, func(r *run, ctx context.Context, _ *rand.Rand, k int, _ time.Duration) error {
 			return r.clockStep(ctx, k)
-		}},
+		}, 1},
 		{FaultFenceExpiry, Standalone, 1, func(r *run, ctx context.Context, rng *rand.Rand, _ int, _ time.Duration) error {
 			return r.fenceExpiry(ctx, rng)
-		}},
-		{FaultQuarantinedLeave, Standalone, 1, withoutHold((*run).quarantinedLeave)},
+		}, 1},
+		{FaultQuarantinedLeave, Standalone, 1, withoutHold((*run).quarantinedLeave), 1},
 		{FaultKilledAfterRelease, Standalone, 1, func(r *run, ctx context.Context, rng *rand.Rand, _ int, _ time.Duration) error {
 			return r.killedAfterRelease(ctx, rng)
-		}},
-		{FaultHeal, Standalone, 1, withoutHold((*run).heal)},
-		{FaultSentinelFailover, Sentinel, 1, withoutRand((*run).sentinelFailover)},
-		{FaultACL, Standalone, 1, (*run).acl},
-		{FaultShardFailover, ClusterNode, 1, onShard((*run).shardFailover)},
-		{FaultShardKill, ClusterNode, 1, onShard((*run).shardKill)},
-		{FaultSlotMigration, ClusterNode, 1, onShard((*run).slotMigration)},
-		{FaultShardSnapshot, ClusterNode, 1, onShard((*run).shardSnapshot)},
-		{FaultShardFlush, ClusterNode, 1, onShard((*run).shardFlush)},
+		}, 1},
+		{FaultHeal, Standalone, 1, withoutHold((*run).heal), 1},
+		{FaultSentinelFailover, Sentinel, 1, withoutRand((*run).sentinelFailover), 1},
+		{FaultACL, Standalone, 1, (*run).acl, 1},
+		{FaultShardFailover, ClusterNode, 1, onShard((*run).shardFailover), 1},
+		{FaultShardKill, ClusterNode, 1, onShard((*run).shardKill), 1},
+		{FaultSlotMigration, ClusterNode, 1, onShard((*run).slotMigration), 1},
+		{FaultShardSnapshot, ClusterNode, 1, onShard((*run).shardSnapshot), 1},
+		{FaultShardFlush, ClusterNode, 1, onShard((*run).shardFlush), 1},
 	}
 }
 

@@ -1011,8 +1011,8 @@ func (r *run) nodesFor(kind string) []int {
 			on = append(on, i)
 		}
 	}
-	if kind == FaultBareMajority && len(on) < 3 {
-		return nil // it takes three
+	if f, _ := kindNamed(kind); len(on) < f.takes {
+		return nil // too few to hit
 	}
 	return on
 }
