@@ -211,6 +211,24 @@
 //     by hand must move the moved keys back first, or wait a TTL before
 //     the slot serves locks again. (Tried: two holders in 3 of 3 runs
 //     with STABLE; none with --cluster fix.)
+//   - a slot's quick excursion: a slot moved to another master and back
+//     within less than a probe interval, while the interim master loses
+//     what it took meanwhile (it reloads an older snapshot, say). The
+//     keys come back with their marker, naming the master's own lineage,
+//     so an engine that sent nothing for that slot meanwhile, and whose
+//     view never saw it away, trusts it. Measured (issue 43): moves of
+//     ~70ms, two holders in 2 of 2 runs; moves of 1s or more always seen;
+//     a master's crash and restart from a snapshot (the slot away ~2.1s)
+//     seen 8 of 8, no overlap. Outside the model by an operational rule,
+//     not a mechanism: leave a slot on the master it moved to for at
+//     least two HealthIntervals (2s at the default) before it moves
+//     again, which redis-cli --cluster reshard and rebalance do (they
+//     move each slot once). The mechanism weighed: a master's
+//     config-epoch, which rises when it takes a slot, read at each probe
+//     (CLUSTER NODES); but a rise names no slot, so every resharding
+//     step would put the importing master's every slot out for a TTL,
+//     where a moved slot alone sits out today; Redis keeps nothing per
+//     slot that an import changes.
 //   - failback to a former primary behind the same address: the marker it
 //     kept names its own lineage, not the one engines last probed there,
 //     so they refuse it. An engine that meets such an address for the first
