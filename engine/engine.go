@@ -48,7 +48,8 @@ type Engine struct {
 // New validates cfg, connects to its nodes and starts the engine's actors.
 // An invalid cfg yields an error naming each bad field and value. New
 // fails when fewer than a quorum of nodes can be reached, when a node is a
-// read-only replica, or when two addresses reach the same server; nodes it
+// read-only replica or a master of a Redis Cluster given as host:port
+// (ErrClusterMaster), or when two addresses reach the same server; nodes it
 // cannot reach (at most a minority) are redialled in the background and
 // vote Failed meanwhile. On error nothing is left running.
 func New(cfg Config) (*Engine, error) {
@@ -104,7 +105,7 @@ func New(cfg Config) (*Engine, error) {
 
 // connect dials and probes every node at once. It fails, closing what it
 // opened, when fewer than a quorum answer, when a node is a read-only
-// replica, when a node may evict lock keys (unless UnsafeEviction), or when
+// replica or a cluster's master (ErrClusterMaster), when a node may evict lock keys (unless UnsafeEviction), or when
 // two addresses reach the same server (two votes from one server would
 // break the quorum). A Redis Cluster's masters are probed and judged so
 // too (a master named again as a node of its own votes twice); the
@@ -149,6 +150,10 @@ func connect(cfg *Config) ([]reach, error) {
 					return nil, err
 				}
 			}
+		}
+		if errors.Is(r.err, ErrClusterMaster) {
+			closeAll()
+			return nil, fmt.Errorf("redlease: config: Nodes[%d] %q: %w", i, cfg.Nodes[i], r.err)
 		}
 		if r.err != nil {
 			cfg.Logger.Warn("redlease: node unreachable, will redial", "node", cfg.Nodes[i], "err", r.err)
@@ -236,6 +241,10 @@ func probeAll(ctx context.Context, cfg *Config) []reach {
 				var info node.Info
 				if info, r.err = r.conn.Probe(ctx, cfg.epochKey(), node.Info{}); r.err == nil {
 					r.info = &info
+				}
+				if info.Cluster || node.SlotRefused(r.err) {
+					r.info = nil
+					r.err = fmt.Errorf("%w: name the cluster as %s%s[,host:port...]", ErrClusterMaster, node.ClusterScheme, addr)
 				}
 			}
 			if r.err != nil {

@@ -40,6 +40,13 @@ var (
 	// it may evict lock keys (see Config.UnsafeEviction); New fails with
 	// it for such a node.
 	ErrEvicting = node.ErrEvicting
+	// ErrClusterMaster: an entry of Config.Nodes given as host:port
+	// reaches a master of a Redis Cluster (a server in cluster mode). It
+	// serves part of the slots only, and votes as a shard of its cluster:
+	// name the cluster as cluster://host:port[,host:port...]. New fails
+	// with it; InspectNodes reports it as the node's Err, and MarkNew
+	// does not mark the node.
+	ErrClusterMaster = errors.New("redlease: a master of a Redis Cluster, which votes as a shard of its cluster, never as a node of its own")
 	// ErrClosed: the engine is closed. Leases it held end with an error
 	// matching both ErrReleased and ErrClosed.
 	ErrClosed = errors.New("redlease: engine closed")

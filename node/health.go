@@ -61,6 +61,10 @@ type Info struct {
 	// it follows the node's wall clock, which may step.
 	Uptime  time.Duration
 	Replica bool // a read-only replica, useless for locking
+	// Cluster: the server runs in cluster mode (INFO's redis_mode): a
+	// master of a Redis Cluster votes as a shard of a cluster:// node,
+	// never as a node of its own.
+	Cluster bool
 	// Promoted: a master that was a replica (INFO replication keeps the
 	// replication id it had, second_repl_offset): its data is what it had
 	// replicated, which may lack its master's latest writes.
@@ -131,6 +135,14 @@ func noPerm(err error) bool {
 func Denied(err error) bool {
 	var re *rueidis.RedisError
 	return errors.As(err, &re) && noPerm(re)
+}
+
+// SlotRefused reports whether err is, or wraps, a Redis Cluster master's
+// refusal of a key's slot, one it does not serve now (see movedSlot): only
+// a server in cluster mode answers so.
+func SlotRefused(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && movedSlot(re)
 }
 
 // A probe's commands, by their place in it.
@@ -236,6 +248,8 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	info.Debug = err != nil || debug["enable-debug-command"] != "no"
 	info.ConfigDenied = err != nil
 	info.RunID, _ = redisinfo.Field(server, "run_id")
+	mode, _ := redisinfo.Field(server, "redis_mode")
+	info.Cluster = mode == "cluster"
 	info.ReplID, _ = redisinfo.Field(repl, "master_replid")
 	role, _ := redisinfo.Field(repl, "role")
 	info.Replica = role == "slave"
