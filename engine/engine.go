@@ -345,11 +345,18 @@ func CheckNew(ctx context.Context, cfg Config) error {
 
 func checkNew(ctx context.Context, cfg *Config) error {
 	locks, err := InspectLocks(ctx, *cfg, "*")
+	if len(locks) > 0 { // and what could not be read, if anything
+		err = errtext.Errorf("%w (%d resources, %q first)", ErrLiveLocks, len(locks), locks[0].Resource)
+		for _, l := range locks {
+			for _, k := range l.Keys {
+				if k.Err != nil {
+					err = errtext.Errorf("%w; node %s: %w", err, k.Node, k.Err)
+				}
+			}
+		}
+	}
 	if err != nil {
 		return errtext.Errorf("redlease: mark new nodes: nothing marked: %w", err)
-	}
-	if len(locks) > 0 {
-		return errtext.Errorf("redlease: mark new nodes: nothing marked: %w (%d resources, %q first)", ErrLiveLocks, len(locks), locks[0].Resource)
 	}
 	return nil
 }

@@ -14,7 +14,8 @@
 // entries too: -nodes "a:1,b:1 cluster://c:1,c:2 sentinel://s:1,s:2/m".
 //
 // nodes exits 1 when fewer than a quorum of the nodes can serve an acquire
-// now; locks exits 1 when a node could not be scanned; mark-new exits 1
+// now; locks exits 1 when a node could not be scanned, or a key read (it
+// lists what it read, and names what it could not); mark-new exits 1
 // when it marked fewer than the nodes asked for; unlock exits 1 when a node
 // could not be reached, or it was not confirmed. Usage errors exit 2.
 // Run any command with -h for its flags.

@@ -629,3 +629,67 @@ func lockAndUnlock(t *testing.T, spec string, master *redisproc.Node) {
 		t.Fatalf("after unlock the master still has the key (%v)", err)
 	}
 }
+
+// A lock key left on a cluster master that does not serve its slot (a
+// migration aborted after its keys moved) cannot be read: locks still
+// lists what it can (a lease held), names the key it cannot, and exits 1;
+// mark-new refuses for the lock keys, naming that one too.
+func TestStrayClusterKey(t *testing.T) {
+	c := redisproc.StartRedisClusterT(t, 3, 0)
+	spec := node.Target{Cluster: c.Addrs()[:1]}.String()
+	ctx := t.Context()
+	_, l := holdInvoice(t, []string{spec})
+	defer l.Release(ctx)
+
+	key := "redlease:{stray}"
+	slot := hashslot.Of(key)
+	owner, err := c.MasterOf(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Set(ctx, key, "gone", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == owner {
+		to = masters[1]
+	}
+	m, err := c.StartSlotMigration(ctx, slot, to, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*redisproc.Node{m.From, m.To} { // aborted: the key stays on To
+		if _, err := n.Do(ctx, "CLUSTER", "SETSLOT", strconv.Itoa(slot), "STABLE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var got locksJSON
+	wantCode(t, "locks", cliJSON(t, &got, "locks", "-nodes", spec), exitFail)
+	if len(got.Locks) != 2 || got.Locks[0].Resource != "invoice:42" || got.Locks[0].Owner != l.Value() ||
+		got.Locks[1].Resource != "stray" || got.Locks[1].Held || len(got.Locks[1].Keys) != 1 || got.Locks[1].Keys[0].Error == "" {
+		t.Errorf("locks: %+v; want invoice:42 held by the lease, and stray's key unreadable", got.Locks)
+	}
+	if len(got.Errors) != 1 || !strings.Contains(got.Errors[0], to.Addr()) || !strings.Contains(got.Errors[0], key) ||
+		!strings.Contains(got.Errors[0], strconv.Itoa(slot)) {
+		t.Errorf("locks errors: %q; want one naming master %s, key %s and slot %d", got.Errors, to.Addr(), key, slot)
+	}
+	code, out, _ := cli(t, "", nil, "locks", "-nodes", spec)
+	if code != exitFail || !strings.Contains(out, "2 resources: 1 held") || !strings.Contains(out, "unreadable") {
+		t.Errorf("locks table (%d):\n%s\nwant both resources, stray's TTL unreadable", code, out)
+	}
+
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var marked markJSON
+	wantCode(t, "mark-new", cliJSON(t, &marked, "mark-new", "-yes", "-nodes", spec), exitOK) // trusted: nothing to do
+	err = engine.CheckNew(ctx, engine.Config{Nodes: []string{spec}})
+	if !errors.Is(err, engine.ErrLiveLocks) || !strings.Contains(err.Error(), key) {
+		t.Errorf("CheckNew: %v; want ErrLiveLocks, naming %s", err, key)
+	}
+}
