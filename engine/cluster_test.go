@@ -193,16 +193,23 @@ func TestClusterFailoverIsAShardRestart(t *testing.T) {
 }
 
 // New judges a cluster's masters as it judges standalone nodes: one named
-// again as a node of its own would vote twice, and one that may evict
-// lock keys is refused.
+// again, as a node of its own or in a second cluster entry, is refused
+// (it would vote twice), and so is one that may evict lock keys.
 func TestClusterMastersJudgedAtNew(t *testing.T) {
 	c := redisproc.StartRedisClusterT(t, 3, 0)
 	spec := clusterNode(c)
-	if e, err := New(Config{Nodes: []string{spec, c.Addrs()[1], "127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "same server") {
+	if e, err := New(Config{Nodes: []string{spec, c.Addrs()[1], "127.0.0.1:1"}}); !errors.Is(err, ErrClusterMaster) {
 		if e != nil {
 			e.Close()
 		}
-		t.Fatalf("a cluster and one of its masters: New = %v; want the same server refused", err)
+		t.Fatalf("a cluster and one of its masters: New = %v; want ErrClusterMaster", err)
+	}
+	again := node.Target{Cluster: c.Addrs()[1:2]}.String()
+	if e, err := New(Config{Nodes: []string{spec, again, "127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "same server") {
+		if e != nil {
+			e.Close()
+		}
+		t.Fatalf("a cluster named twice: New = %v; want the same server refused", err)
 	}
 	if _, err := c.Servers[2].Do(t.Context(), "CONFIG", "SET", "maxmemory", "1gb", "maxmemory-policy", "allkeys-lru"); err != nil {
 		t.Fatal(err)
