@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +84,8 @@ func New(cfg Config) (*Engine, error) {
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
 			Horizon: horizon, First: r.info, UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
-			Channel: e.lines.channel,
+			Channel:  e.lines.channel,
+			OnHealth: func(h node.HealthChange) { e.nodeEvent(i, h) },
 			// On one node a hand-off waits for that node alone: a second
 			// batch on its wire saves it the wait (see node.maxWire).
 			Overlap: len(cfg.Nodes) == 1,
@@ -587,11 +590,18 @@ type Stats struct {
 	// holder's release. Resources nobody waits for are absent.
 	Waiters map[string]int
 	Wakeups Wakeups // rounds that waiting Acquire calls started, by cause
-	Nodes   []NodeStats
+	// Nodes are in the order of Config.Nodes, one per vote; a Redis
+	// Cluster node's shards are in its entry's Shards.
+	Nodes []NodeStats
 }
 
-// NodeStats counts one node's traffic and tells its health.
+// NodeStats counts one node's traffic and tells its health. A Redis
+// Cluster node's entry sums its Shards: Down when every shard is,
+// QuarantinedUntil the latest of theirs (some shards may serve
+// meanwhile: Shards says which).
 type NodeStats struct {
+	// Addr is the node's address as in Config.Nodes; for a shard, its
+	// master's host:port.
 	Addr       string
 	Commands   uint64 // commands sent
 	RoundTrips uint64 // pipelined batches they went out in
@@ -613,6 +623,17 @@ type NodeStats struct {
 	// Healed counts the lock keys an extension set on it again: a lease
 	// that had lost its key there regained the node (see Lease.Extend).
 	Healed uint64
+	// Shards, for a Redis Cluster node, are its shards as this engine
+	// knows them now, by master address, each counted and judged as a
+	// node of its own (their Shards are nil); nil for other nodes.
+	Shards []NodeStats
+}
+
+// nodeStats is what the engine tells of a node (or a shard) at addr.
+func nodeStats(addr string, ns node.Stats) NodeStats {
+	return NodeStats{Addr: addr, Commands: ns.Commands, RoundTrips: ns.Batches,
+		Pending: ns.Queued + ns.OnWire, Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil,
+		QuarantinedSlots: ns.SlotsOut, Healed: ns.Healed}
 }
 
 // Stats returns the engine's counters. Safe for concurrent use. Calls
@@ -625,10 +646,15 @@ func (e *Engine) Stats() Stats {
 	e.mu.Unlock()
 	e.lines.stats(&s)
 	for i, n := range e.nodes {
-		ns := n.Stats()
-		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands, RoundTrips: ns.Batches,
-			Pending: ns.Queued + ns.OnWire, Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil,
-			QuarantinedSlots: ns.SlotsOut, Healed: ns.Healed})
+		ns := nodeStats(e.cfg.Nodes[i], n.Stats())
+		if c := n.Cluster(); c != nil {
+			ns.Shards = []NodeStats{}
+			for master, shard := range c.Shards() {
+				ns.Shards = append(ns.Shards, nodeStats(master, shard.Stats()))
+			}
+			slices.SortFunc(ns.Shards, func(a, b NodeStats) int { return strings.Compare(a.Addr, b.Addr) })
+		}
+		s.Nodes = append(s.Nodes, ns)
 	}
 	return s
 }

@@ -36,6 +36,12 @@ var (
 	// data, a flush, evicted keys); NodeOutcome.QuarantinedUntil says until
 	// when.
 	ErrQuarantined = node.ErrQuarantined
+	// ErrNoMarker: the ErrQuarantined of a node that this engine first met
+	// without any epoch marker wraps it too: a new node (MarkNew, or
+	// redlease mark-new, ends its quarantine when it is empty), or one
+	// that lost all its data. A node met with another dataset's marker
+	// (restarted, failed over) does not: it held leases before.
+	ErrNoMarker = node.ErrNoMarker
 	// ErrEvicting: a node's answer (NodeOutcome.Err) to an acquire while
 	// it may evict lock keys (see Config.UnsafeEviction); New fails with
 	// it for such a node.
