@@ -81,9 +81,17 @@ const (
 	Absent  = node.Absent  // extension: no owner holds the key (lost, or expired)
 )
 
-// NodeOutcome is what one node answered in a round: its Addr, Outcome,
-// RTT (zero when it did not answer), Err (for Timeout and Failed) and,
-// for a node that refused with ErrQuarantined, QuarantinedUntil.
+// NodeOutcome is what one node answered in a round. Its fields:
+//
+//	Addr             string        // the node, as in Config.Nodes
+//	Outcome          Outcome       // what it answered: Granted, Taken, Timeout, Failed, Absent
+//	RTT              time.Duration // its round trip; zero when it did not answer
+//	Err              error         // why, for Timeout and Failed (ErrQuarantined, ErrEvicting, a node down, a server's error)
+//	QuarantinedUntil time.Time     // for a node that refused with ErrQuarantined: when its quarantine ends
+//	TTL              time.Duration // the remaining TTL of its lock key, for a check, or an acquire it refused as Taken
+//	HeldBy           string        // for Taken: the meta (WithMeta) of the owner whose key it holds
+//	Shard            string        // on a Redis Cluster node: the master of the shard that answered ("" elsewhere)
+//	Slot             int           // with Shard: the resource's slot
 type NodeOutcome = lease.NodeOutcome
 
 // AcquireError is the error of a failed Acquire, TryAcquire or Resume. It
@@ -125,9 +133,11 @@ func (e *AcquireError) Is(target error) bool { return target == ErrNotAcquired }
 func (e *AcquireError) Unwrap() error { return e.Cause }
 
 // ExtendError is the error of a failed extension round (Lease.Extend, and
-// the Err of ExtendFailed and Lost events), with each node's outcome in
-// Config.Nodes order, and its Cause. A lost lease's error matches
-// ErrLeaseLost and wraps an ExtendError.
+// the Err of ExtendFailed and Lost events). A lost lease's error matches
+// ErrLeaseLost and wraps an ExtendError. Its fields:
+//
+//	Nodes []NodeOutcome // each node's outcome, in Config.Nodes order
+//	Cause error         // why the round failed (Unwrap returns it)
 type ExtendError = lease.ExtendError
 
 // ReleaseError is returned by Release when fewer than a quorum of nodes

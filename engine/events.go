@@ -15,11 +15,17 @@ import (
 // one: Waiting, Woken.
 type EventKind = lease.EventKind
 
-// Event is one step in a lease's life: its Kind, the Resource, the fencing
-// Token (0 without fencing), the validity deadline Until after the event,
-// and Err, the cause of ExtendFailed and of the terminal kinds (for a
-// failed extension an *ExtendError naming each node's answer), and for
-// Woken the Wake cause.
+// Event is one step in a lease's life, or, for the node kinds, a change
+// in a node's health. Its fields:
+//
+//	Kind     EventKind // what happened
+//	Resource string    // the resource ("" for the node kinds)
+//	Token    uint64    // the fencing token; 0 without fencing
+//	Until    time.Time // the validity deadline after the event; for Waiting, when the holder's keys expire (if known); for NodeQuarantined, the quarantine's end
+//	Err      error     // the cause of ExtendFailed, of the terminal kinds (for a failed extension an *ExtendError naming each node's answer), NodeDown and NodeQuarantined
+//	Wake     WakeCause // for Woken: why the call started a round
+//	Node     string    // for the node kinds: the node, as in Config.Nodes
+//	Shard    string    // for the node kinds on a Redis Cluster node: the master of the shard that changed
 type Event = lease.Event
 
 // The kinds of events. Lost, Released and Expired are terminal: a lease
