@@ -138,7 +138,21 @@ func TestClusterFailoverIsAShardRestart(t *testing.T) {
 		t.Fatalf("MarkNew: %v", err)
 	}
 	e := newEngine(t, []string{spec}, tune)
-	master, err := c.MasterOf(ctx, hashslot.Of(lockKey("r")))
+	events, unsubscribe := e.Subscribe(1024)
+	defer unsubscribe()
+	var mu sync.Mutex
+	var nodeEvents []Event // the node kinds e published
+	go func() {
+		for ev := range events {
+			if ev.Kind >= NodeDown {
+				mu.Lock()
+				nodeEvents = append(nodeEvents, ev)
+				mu.Unlock()
+			}
+		}
+	}()
+	slot := hashslot.Of(lockKey("r"))
+	master, err := c.MasterOf(ctx, slot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,13 +179,41 @@ func TestClusterFailoverIsAShardRestart(t *testing.T) {
 		t.Fatalf("the failover took so long that the lease has %v left: the test proves little", left)
 	}
 	fresh := newEngine(t, []string{spec}, tune)
-	served := 0
+	served, refused := 0, 0
 	for time.Now().Before(l.Until()) {
 		for _, eng := range []*Engine{e, fresh} {
-			if l2, err := eng.TryAcquire(ctx, "r"); err == nil {
+			l2, err := eng.TryAcquire(ctx, "r")
+			if err == nil {
 				left := time.Until(l.Until())
 				_ = l2.Release(context.Background())
 				t.Fatalf("granted %q, whose key the failover lost, %v before its holder's lease ends", "r", left)
+			}
+			// The refusal names the shard and slot, and is no new node's:
+			// no MarkNew hint.
+			var ae *AcquireError
+			if errors.As(err, &ae) && len(ae.Nodes) == 1 && errors.Is(ae.Nodes[0].Err, ErrQuarantined) {
+				refused++
+				if n := ae.Nodes[0]; n.Shard != promoted.Addr() || n.Slot != slot || strings.Contains(err.Error(), "MarkNew") ||
+					!strings.Contains(err.Error(), fmt.Sprintf("(shard %s, slot %d)", promoted.Addr(), slot)) {
+					t.Fatalf("refusal during the shard's quarantine: %v (%+v); want shard %s, slot %d named, no MarkNew hint", err, n, promoted.Addr(), slot)
+				}
+			}
+		}
+		if refused == 1 { // the shard, and it alone, sits out
+			for _, eng := range []*Engine{e, fresh} {
+				shards := eng.Stats().Nodes[0].Shards
+				out := 0
+				for _, sh := range shards {
+					if time.Now().Before(sh.QuarantinedUntil) || sh.QuarantinedSlots > 0 {
+						out++
+						if sh.Addr != promoted.Addr() {
+							t.Errorf("shard %+v sits out; want %s alone", sh, promoted.Addr())
+						}
+					}
+				}
+				if len(shards) != 3 || out != 1 {
+					t.Errorf("Stats().Nodes[0].Shards = %+v; want 3, the promoted one sitting out", shards)
+				}
 			}
 		}
 		if l2, err := e.TryAcquire(ctx, other); err == nil {
@@ -183,6 +225,9 @@ func TestClusterFailoverIsAShardRestart(t *testing.T) {
 	if served == 0 {
 		t.Error("the other shards' resources were not served during the failed shard's quarantine")
 	}
+	if refused == 0 {
+		t.Error("no refusal of r with ErrQuarantined during the shard's quarantine")
+	}
 	testwait.Eventually(t, 2*ttl, "the failed-over shard serving again", func() bool {
 		l2, err := e.TryAcquire(ctx, "r")
 		if err == nil {
@@ -190,19 +235,51 @@ func TestClusterFailoverIsAShardRestart(t *testing.T) {
 		}
 		return err == nil
 	})
+	// Subscribers heard the shard sit out, and serve again.
+	testwait.Eventually(t, 2*ttl, "NodeQuarantined, then NodeServing, of the promoted shard", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		quarantined := false
+		for _, ev := range nodeEvents {
+			if ev.Node != spec || ev.Shard != promoted.Addr() {
+				continue
+			}
+			switch ev.Kind {
+			case NodeQuarantined:
+				quarantined = errors.Is(ev.Err, ErrQuarantined) && !errors.Is(ev.Err, ErrNoMarker)
+			case NodeServing:
+				if quarantined {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	for _, ev := range nodeEvents {
+		t.Logf("event %v node %s shard %s until %v: %v", ev.Kind, ev.Node, ev.Shard, ev.Until.Format("15:04:05.000"), ev.Err)
+	}
+	mu.Unlock()
 }
 
 // New judges a cluster's masters as it judges standalone nodes: one named
-// again as a node of its own would vote twice, and one that may evict
-// lock keys is refused.
+// again, as a node of its own or in a second cluster entry, is refused
+// (it would vote twice), and so is one that may evict lock keys.
 func TestClusterMastersJudgedAtNew(t *testing.T) {
 	c := redisproc.StartRedisClusterT(t, 3, 0)
 	spec := clusterNode(c)
-	if e, err := New(Config{Nodes: []string{spec, c.Addrs()[1], "127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "same server") {
+	if e, err := New(Config{Nodes: []string{spec, c.Addrs()[1], "127.0.0.1:1"}}); !errors.Is(err, ErrClusterMaster) {
 		if e != nil {
 			e.Close()
 		}
-		t.Fatalf("a cluster and one of its masters: New = %v; want the same server refused", err)
+		t.Fatalf("a cluster and one of its masters: New = %v; want ErrClusterMaster", err)
+	}
+	again := node.Target{Cluster: c.Addrs()[1:2]}.String()
+	if e, err := New(Config{Nodes: []string{spec, again, "127.0.0.1:1"}}); err == nil || !strings.Contains(err.Error(), "same server") {
+		if e != nil {
+			e.Close()
+		}
+		t.Fatalf("a cluster named twice: New = %v; want the same server refused", err)
 	}
 	if _, err := c.Servers[2].Do(t.Context(), "CONFIG", "SET", "maxmemory", "1gb", "maxmemory-policy", "allkeys-lru"); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,7 +50,8 @@ type Engine struct {
 // New validates cfg, connects to its nodes and starts the engine's actors.
 // An invalid cfg yields an error naming each bad field and value. New
 // fails when fewer than a quorum of nodes can be reached, when a node is a
-// read-only replica, or when two addresses reach the same server; nodes it
+// read-only replica or a master of a Redis Cluster given as host:port
+// (ErrClusterMaster), or when two addresses reach the same server; nodes it
 // cannot reach (at most a minority) are redialled in the background and
 // vote Failed meanwhile. On error nothing is left running.
 func New(cfg Config) (*Engine, error) {
@@ -81,7 +84,8 @@ func New(cfg Config) (*Engine, error) {
 			Timeout: cfg.NodeTimeout, Logger: cfg.Logger,
 			EpochKey: cfg.epochKey(), Quarantine: cfg.RestartQuarantine, HealthInterval: cfg.HealthInterval,
 			Horizon: horizon, First: r.info, UnsafeEviction: cfg.UnsafeEviction, Meter: e.tel.forNode(addr),
-			Channel: e.lines.channel,
+			Channel:  e.lines.channel,
+			OnHealth: func(h node.HealthChange) { e.nodeEvent(i, h) },
 			// On one node a hand-off waits for that node alone: a second
 			// batch on its wire saves it the wait (see node.maxWire).
 			Overlap: len(cfg.Nodes) == 1,
@@ -104,7 +108,7 @@ func New(cfg Config) (*Engine, error) {
 
 // connect dials and probes every node at once. It fails, closing what it
 // opened, when fewer than a quorum answer, when a node is a read-only
-// replica, when a node may evict lock keys (unless UnsafeEviction), or when
+// replica or a cluster's master (ErrClusterMaster), when a node may evict lock keys (unless UnsafeEviction), or when
 // two addresses reach the same server (two votes from one server would
 // break the quorum). A Redis Cluster's masters are probed and judged so
 // too (a master named again as a node of its own votes twice); the
@@ -149,6 +153,10 @@ func connect(cfg *Config) ([]reach, error) {
 					return nil, err
 				}
 			}
+		}
+		if errors.Is(r.err, ErrClusterMaster) {
+			closeAll()
+			return nil, fmt.Errorf("redlease: config: Nodes[%d] %q: %w", i, cfg.Nodes[i], r.err)
 		}
 		if r.err != nil {
 			cfg.Logger.Warn("redlease: node unreachable, will redial", "node", cfg.Nodes[i], "err", r.err)
@@ -236,6 +244,10 @@ func probeAll(ctx context.Context, cfg *Config) []reach {
 				var info node.Info
 				if info, r.err = r.conn.Probe(ctx, cfg.epochKey(), node.Info{}); r.err == nil {
 					r.info = &info
+				}
+				if info.Cluster || node.SlotRefused(r.err) {
+					r.info = nil
+					r.err = fmt.Errorf("%w: name the cluster as %s%s[,host:port...]", ErrClusterMaster, node.ClusterScheme, addr)
 				}
 			}
 			if r.err != nil {
@@ -336,11 +348,18 @@ func CheckNew(ctx context.Context, cfg Config) error {
 
 func checkNew(ctx context.Context, cfg *Config) error {
 	locks, err := InspectLocks(ctx, *cfg, "*")
+	if len(locks) > 0 { // and what could not be read, if anything
+		err = errtext.Errorf("%w (%d resources, %q first)", ErrLiveLocks, len(locks), locks[0].Resource)
+		for _, l := range locks {
+			for _, k := range l.Keys {
+				if k.Err != nil {
+					err = errtext.Errorf("%w; node %s: %w", err, k.Node, k.Err)
+				}
+			}
+		}
+	}
 	if err != nil {
 		return errtext.Errorf("redlease: mark new nodes: nothing marked: %w", err)
-	}
-	if len(locks) > 0 {
-		return errtext.Errorf("redlease: mark new nodes: nothing marked: %w (%d resources, %q first)", ErrLiveLocks, len(locks), locks[0].Resource)
 	}
 	return nil
 }
@@ -571,11 +590,18 @@ type Stats struct {
 	// holder's release. Resources nobody waits for are absent.
 	Waiters map[string]int
 	Wakeups Wakeups // rounds that waiting Acquire calls started, by cause
-	Nodes   []NodeStats
+	// Nodes are in the order of Config.Nodes, one per vote; a Redis
+	// Cluster node's shards are in its entry's Shards.
+	Nodes []NodeStats
 }
 
-// NodeStats counts one node's traffic and tells its health.
+// NodeStats counts one node's traffic and tells its health. A Redis
+// Cluster node's entry sums its Shards: Down when every shard is,
+// QuarantinedUntil the latest of theirs (some shards may serve
+// meanwhile: Shards says which).
 type NodeStats struct {
+	// Addr is the node's address as in Config.Nodes; for a shard, its
+	// master's host:port.
 	Addr       string
 	Commands   uint64 // commands sent
 	RoundTrips uint64 // pipelined batches they went out in
@@ -597,6 +623,17 @@ type NodeStats struct {
 	// Healed counts the lock keys an extension set on it again: a lease
 	// that had lost its key there regained the node (see Lease.Extend).
 	Healed uint64
+	// Shards, for a Redis Cluster node, are its shards as this engine
+	// knows them now, by master address, each counted and judged as a
+	// node of its own (their Shards are nil); nil for other nodes.
+	Shards []NodeStats
+}
+
+// nodeStats is what the engine tells of a node (or a shard) at addr.
+func nodeStats(addr string, ns node.Stats) NodeStats {
+	return NodeStats{Addr: addr, Commands: ns.Commands, RoundTrips: ns.Batches,
+		Pending: ns.Queued + ns.OnWire, Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil,
+		QuarantinedSlots: ns.SlotsOut, Healed: ns.Healed}
 }
 
 // Stats returns the engine's counters. Safe for concurrent use. Calls
@@ -609,10 +646,15 @@ func (e *Engine) Stats() Stats {
 	e.mu.Unlock()
 	e.lines.stats(&s)
 	for i, n := range e.nodes {
-		ns := n.Stats()
-		s.Nodes = append(s.Nodes, NodeStats{Addr: e.cfg.Nodes[i], Commands: ns.Commands, RoundTrips: ns.Batches,
-			Pending: ns.Queued + ns.OnWire, Down: ns.Down, Evicting: ns.Evicting, Restarts: ns.Restarts, QuarantinedUntil: ns.QuarantineUntil,
-			QuarantinedSlots: ns.SlotsOut, Healed: ns.Healed})
+		ns := nodeStats(e.cfg.Nodes[i], n.Stats())
+		if c := n.Cluster(); c != nil {
+			ns.Shards = []NodeStats{}
+			for master, shard := range c.Shards() {
+				ns.Shards = append(ns.Shards, nodeStats(master, shard.Stats()))
+			}
+			slices.SortFunc(ns.Shards, func(a, b NodeStats) int { return strings.Compare(a.Addr, b.Addr) })
+		}
+		s.Nodes = append(s.Nodes, ns)
 	}
 	return s
 }

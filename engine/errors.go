@@ -36,10 +36,23 @@ var (
 	// data, a flush, evicted keys); NodeOutcome.QuarantinedUntil says until
 	// when.
 	ErrQuarantined = node.ErrQuarantined
+	// ErrNoMarker: the ErrQuarantined of a node that this engine first met
+	// without any epoch marker wraps it too: a new node (MarkNew, or
+	// redlease mark-new, ends its quarantine when it is empty), or one
+	// that lost all its data. A node met with another dataset's marker
+	// (restarted, failed over) does not: it held leases before.
+	ErrNoMarker = node.ErrNoMarker
 	// ErrEvicting: a node's answer (NodeOutcome.Err) to an acquire while
 	// it may evict lock keys (see Config.UnsafeEviction); New fails with
 	// it for such a node.
 	ErrEvicting = node.ErrEvicting
+	// ErrClusterMaster: an entry of Config.Nodes given as host:port
+	// reaches a master of a Redis Cluster (a server in cluster mode). It
+	// serves part of the slots only, and votes as a shard of its cluster:
+	// name the cluster as cluster://host:port[,host:port...]. New fails
+	// with it; InspectNodes reports it as the node's Err, and MarkNew
+	// does not mark the node.
+	ErrClusterMaster = errors.New("redlease: a master of a Redis Cluster, which votes as a shard of its cluster, never as a node of its own")
 	// ErrClosed: the engine is closed. Leases it held end with an error
 	// matching both ErrReleased and ErrClosed.
 	ErrClosed = errors.New("redlease: engine closed")
@@ -68,9 +81,17 @@ const (
 	Absent  = node.Absent  // extension: no owner holds the key (lost, or expired)
 )
 
-// NodeOutcome is what one node answered in a round: its Addr, Outcome,
-// RTT (zero when it did not answer), Err (for Timeout and Failed) and,
-// for a node that refused with ErrQuarantined, QuarantinedUntil.
+// NodeOutcome is what one node answered in a round. Its fields:
+//
+//	Addr             string        // the node, as in Config.Nodes
+//	Outcome          Outcome       // what it answered: Granted, Taken, Timeout, Failed, Absent
+//	RTT              time.Duration // its round trip; zero when it did not answer
+//	Err              error         // why, for Timeout and Failed (ErrQuarantined, ErrEvicting, a node down, a server's error)
+//	QuarantinedUntil time.Time     // for a node that refused with ErrQuarantined: when its quarantine ends
+//	TTL              time.Duration // the remaining TTL of its lock key, for a check, or an acquire it refused as Taken
+//	HeldBy           string        // for Taken: the meta (WithMeta) of the owner whose key it holds
+//	Shard            string        // on a Redis Cluster node: the master of the shard that answered ("" elsewhere)
+//	Slot             int           // with Shard: the resource's slot
 type NodeOutcome = lease.NodeOutcome
 
 // AcquireError is the error of a failed Acquire, TryAcquire or Resume. It
@@ -112,9 +133,11 @@ func (e *AcquireError) Is(target error) bool { return target == ErrNotAcquired }
 func (e *AcquireError) Unwrap() error { return e.Cause }
 
 // ExtendError is the error of a failed extension round (Lease.Extend, and
-// the Err of ExtendFailed and Lost events), with each node's outcome in
-// Config.Nodes order, and its Cause. A lost lease's error matches
-// ErrLeaseLost and wraps an ExtendError.
+// the Err of ExtendFailed and Lost events). A lost lease's error matches
+// ErrLeaseLost and wraps an ExtendError. Its fields:
+//
+//	Nodes []NodeOutcome // each node's outcome, in Config.Nodes order
+//	Cause error         // why the round failed (Unwrap returns it)
 type ExtendError = lease.ExtendError
 
 // ReleaseError is returned by Release when fewer than a quorum of nodes

@@ -7,6 +7,7 @@ import (
 
 	"github.com/redlease/redlease/actors"
 	"github.com/redlease/redlease/lease"
+	"github.com/redlease/redlease/node"
 )
 
 // EventKind says what happened to a lease: Acquired, Extended,
@@ -14,11 +15,17 @@ import (
 // one: Waiting, Woken.
 type EventKind = lease.EventKind
 
-// Event is one step in a lease's life: its Kind, the Resource, the fencing
-// Token (0 without fencing), the validity deadline Until after the event,
-// and Err, the cause of ExtendFailed and of the terminal kinds (for a
-// failed extension an *ExtendError naming each node's answer), and for
-// Woken the Wake cause.
+// Event is one step in a lease's life, or, for the node kinds, a change
+// in a node's health. Its fields:
+//
+//	Kind     EventKind // what happened
+//	Resource string    // the resource ("" for the node kinds)
+//	Token    uint64    // the fencing token; 0 without fencing
+//	Until    time.Time // the validity deadline after the event; for Waiting, when the holder's keys expire (if known); for NodeQuarantined, the quarantine's end
+//	Err      error     // the cause of ExtendFailed, of the terminal kinds (for a failed extension an *ExtendError naming each node's answer), NodeDown and NodeQuarantined
+//	Wake     WakeCause // for Woken: why the call started a round
+//	Node     string    // for the node kinds: the node, as in Config.Nodes
+//	Shard    string    // for the node kinds on a Redis Cluster node: the master of the shard that changed
 type Event = lease.Event
 
 // The kinds of events. Lost, Released and Expired are terminal: a lease
@@ -37,7 +44,35 @@ const (
 	// Woken: it starts a round after waiting (Event.Wake says why).
 	Waiting = lease.Waiting
 	Woken   = lease.Woken
+	// NodeDown, NodeQuarantined and NodeServing are about a node, not a
+	// lease: they go to the engine's subscriptions only, with Event.Node
+	// (as in Config.Nodes) and, on a Redis Cluster node, Event.Shard (the
+	// master of the shard that changed: a cluster's shards come and go
+	// apart). NodeDown: the node fails fast after unanswered batches or
+	// probes (Err says why). NodeQuarantined: it refuses acquires until
+	// Until, as it may have lost lock keys (Err, matching ErrQuarantined,
+	// says why). NodeServing: it serves again, heard at the first probe
+	// after it does (within Config.HealthInterval).
+	NodeDown        = lease.NodeDown
+	NodeQuarantined = lease.NodeQuarantined
+	NodeServing     = lease.NodeServing
 )
+
+// nodeEvent publishes a change in the health of the node at index i (on
+// a cluster, of one of its shards) as an event.
+func (e *Engine) nodeEvent(i int, h node.HealthChange) {
+	ev := Event{Kind: NodeServing, Node: e.cfg.Nodes[i], Until: h.Until, Err: h.Err}
+	switch {
+	case h.Down:
+		ev.Kind = NodeDown
+	case !h.Until.IsZero():
+		ev.Kind = NodeQuarantined
+	}
+	if h.Shard {
+		ev.Shard = h.Addr
+	}
+	e.publish(ev)
+}
 
 // hub fans the events of every lease out to the engine's subscribers. It
 // is the only sender on, and the only closer of, each subscription channel.

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/redlease/redlease/internal/errtext"
+	"github.com/redlease/redlease/internal/hashslot"
 	"github.com/redlease/redlease/lease"
 	"github.com/redlease/redlease/node"
 )
@@ -177,6 +178,11 @@ type LockKey struct {
 	Node  string        // the node's address
 	Value string        // the owner's value
 	TTL   time.Duration // remaining time to live
+	// Err says why Value and TTL could not be read: a key on a Redis
+	// Cluster master that does not serve its slot (left there by an
+	// aborted slot migration), which engines never reach. InspectLocks'
+	// error names it too. nil otherwise.
+	Err error
 }
 
 // InspectLocks scans every node of cfg for the lock keys of the resources
@@ -214,7 +220,7 @@ func InspectLocks(ctx context.Context, cfg Config, pattern string) ([]LockReport
 				r = &LockReport{Resource: k.resource}
 				byResource[k.resource] = r
 			}
-			r.Keys = append(r.Keys, LockKey{Node: cfg.Nodes[i], Value: k.value, TTL: k.ttl})
+			r.Keys = append(r.Keys, LockKey{Node: cfg.Nodes[i], Value: k.value, TTL: k.ttl, Err: k.err})
 			r.Fence = max(r.Fence, k.fence)
 		}
 	}
@@ -245,6 +251,7 @@ type foundKey struct {
 	resource, value string
 	ttl             time.Duration
 	fence           uint64
+	err             error // why value and ttl are unknown
 }
 
 // scanBatch is SCAN's COUNT hint, and so about how many keys are read
@@ -263,16 +270,17 @@ func scanNode(ctx context.Context, cfg *Config, addr, pattern string) ([]foundKe
 		return nil, err
 	}
 	var found []foundKey
+	var errs []error
 	for master := range view {
 		opt.InitAddress = []string{master}
 		opt.ForceSingleClient = true
 		keys, err := scanLocks(ctx, cfg, opt, pattern)
 		found = append(found, keys...)
 		if err != nil {
-			return found, errtext.Errorf("master %s: %w", master, err)
+			errs = append(errs, errtext.Errorf("master %s: %w", master, err))
 		}
 	}
-	return found, nil
+	return found, errors.Join(errs...)
 }
 
 // scanLocks reads the lock keys of the master that opt reaches whose
@@ -288,6 +296,7 @@ func scanLocks(ctx context.Context, cfg *Config, opt rueidis.ClientOption, patte
 	open := strings.TrimSuffix(cfg.lockKey(""), "}") // the lock keys' common start
 	match := escapeGlob(open) + pattern + "}"
 	var found []foundKey
+	var stray []error // keys in slots the master does not serve
 	var cursor uint64
 	for {
 		e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(scanBatch).Build()).AsScanEntry()
@@ -300,9 +309,17 @@ func scanLocks(ctx context.Context, cfg *Config, opt rueidis.ClientOption, patte
 		}
 		res := c.DoMulti(ctx, cmds...)
 		for j, key := range e.Elements {
+			k := foundKey{resource: key[len(open) : len(key)-1]}
 			value, err := res[3*j].ToString()
 			if rueidis.IsRedisNil(err) {
 				continue // expired since SCAN saw it
+			}
+			if node.SlotRefused(err) {
+				k.err = errtext.Errorf("lock key %q in slot %d, which this master does not serve (%w): left by an aborted slot migration? Its value and TTL cannot be read, and engines never reach it",
+					key, hashslot.Of(key), err)
+				found = append(found, k)
+				stray = append(stray, k.err)
+				continue
 			}
 			if err != nil {
 				return found, err
@@ -314,14 +331,14 @@ func scanLocks(ctx context.Context, cfg *Config, opt rueidis.ClientOption, patte
 			if ms == -2 {
 				continue // expired since GET
 			}
-			k := foundKey{resource: key[len(open) : len(key)-1], value: value, ttl: time.Duration(ms) * time.Millisecond}
+			k.value, k.ttl = value, time.Duration(ms)*time.Millisecond
 			if f, err := res[3*j+2].ToString(); err == nil {
 				k.fence, _ = strconv.ParseUint(f, 10, 64)
 			}
 			found = append(found, k)
 		}
 		if cursor = e.Cursor; cursor == 0 {
-			return found, nil
+			return found, errors.Join(stray...)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 
 	"github.com/redlease/redlease/internal/redisproc"
+	"github.com/redlease/redlease/internal/testwait"
 )
 
 // A fresh node (restarted empty, not marked) sits out its quarantine while
@@ -52,6 +53,11 @@ func TestAcquireWaitsOutQuarantine(t *testing.T) {
 		}
 		if msg := err.Error(); !strings.Contains(msg, addr) || !strings.Contains(msg, "until "+until.Format("15:04:05.000")) {
 			t.Fatalf("%s: error %q does not say that %s sits out until %s", what, msg, addr, until.Format("15:04:05.000"))
+		}
+		// First sight without a marker: maybe a new node, which MarkNew
+		// would let serve at once.
+		if msg := err.Error(); !errors.Is(n.Err, ErrNoMarker) || !strings.Contains(msg, "engine.MarkNew") {
+			t.Fatalf("%s: error %q (node 0: %v); want ErrNoMarker and the MarkNew hint", what, msg, n.Err)
 		}
 		if ae.Nodes[1].Outcome != Taken {
 			t.Fatalf("%s: node 1 %+v, want Taken", what, ae.Nodes[1])
@@ -178,5 +184,62 @@ func TestQuarantineFollowsLongestRecordedTTL(t *testing.T) {
 	}
 	if !l.Until().After(time.Now()) {
 		t.Fatalf("the long lease expired during the test (until %v): the schedule proved nothing", l.Until())
+	}
+}
+
+// Subscribers hear a node go down, sit out a quarantine after its restart
+// (why: restarted, not a new node's missing marker), and serve again, in
+// that order, naming the node.
+func TestNodeEvents(t *testing.T) {
+	const quarantine = time.Second
+	c := startNodes(t, 3)
+	e := newEngine(t, c.Addrs(), func(cfg *Config) {
+		cfg.TTL = 500 * time.Millisecond
+		cfg.RestartQuarantine = quarantine
+		cfg.HealthInterval = 50 * time.Millisecond
+	})
+	events, unsubscribe := e.Subscribe(16)
+	defer unsubscribe()
+	addr := c.Nodes[0].Addr()
+	next := func(want EventKind) Event {
+		t.Helper()
+		timeout := time.After(10 * quarantine)
+		for {
+			select {
+			case ev := <-events:
+				t.Logf("event %v node %s until %v: %v", ev.Kind, ev.Node, ev.Until.Format("15:04:05.000"), ev.Err)
+				if ev.Node != addr || ev.Shard != "" || ev.Resource != "" {
+					t.Fatalf("%v event for node %q shard %q resource %q; want node %s alone", ev.Kind, ev.Node, ev.Shard, ev.Resource, addr)
+				}
+				if ev.Kind != want {
+					t.Fatalf("event %v; want %v", ev.Kind, want)
+				}
+				return ev
+			case <-timeout:
+				t.Fatalf("no %v event of %s", want, addr)
+			}
+		}
+	}
+	if err := c.Nodes[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(NodeDown); ev.Err == nil {
+		t.Errorf("NodeDown without its cause")
+	}
+	testwait.Eventually(t, 10*quarantine, "Stats: node 0 down", func() bool { return e.Stats().Nodes[0].Down })
+	if err := c.Nodes[0].Restart(); err != nil {
+		t.Fatal(err)
+	}
+	ev := next(NodeQuarantined)
+	if !errors.Is(ev.Err, ErrQuarantined) || errors.Is(ev.Err, ErrNoMarker) || !strings.Contains(ev.Err.Error(), "restarted") ||
+		!ev.Until.Equal(e.Stats().Nodes[0].QuarantinedUntil) {
+		t.Errorf("NodeQuarantined: until %v, %v; want until %v, restarted, not ErrNoMarker", ev.Until, ev.Err, e.Stats().Nodes[0].QuarantinedUntil)
+	}
+	next(NodeServing)
+	if now := time.Now(); now.Before(ev.Until) {
+		t.Errorf("NodeServing %v before the quarantine's end", ev.Until.Sub(now))
+	}
+	if s := e.Stats().Nodes[0]; s.Shards != nil {
+		t.Errorf("a standalone node's Stats has Shards %+v", s.Shards)
 	}
 }

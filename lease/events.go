@@ -22,11 +22,19 @@ const (
 	// the engine's subscribers only, never on a lease's channel.
 	Waiting // an Acquire waits: behind a local caller, or for another owner's release (Until: when its keys expire, if known)
 	Woken   // an Acquire that waited starts a round (Wake says why)
+
+	// NodeDown, NodeQuarantined and NodeServing are about a node (Node,
+	// and Shard on a cluster), not a lease: they go to the engine's
+	// subscribers only.
+	NodeDown        // the node fails fast after unanswered batches or probes (Err says why)
+	NodeQuarantined // the node refuses acquires until Until, as it may have lost lock keys (Err says why)
+	NodeServing     // the node serves again, after NodeDown or NodeQuarantined
 )
 
 var kindNames = [...]string{
 	Acquired: "Acquired", Extended: "Extended", ExtendFailed: "ExtendFailed",
 	Lost: "Lost", Released: "Released", Expired: "Expired", Waiting: "Waiting", Woken: "Woken",
+	NodeDown: "NodeDown", NodeQuarantined: "NodeQuarantined", NodeServing: "NodeServing",
 }
 
 func (k EventKind) String() string {
@@ -47,6 +55,9 @@ type Event struct {
 	Until    time.Time // validity deadline after this event
 	Err      error     // the cause, for ExtendFailed and the terminal kinds
 	Wake     WakeCause // for Woken: why
+	// Node, for the node kinds, is the node as in Config.Nodes; Shard, on
+	// a Redis Cluster node, the master of the shard the event is about.
+	Node, Shard string
 }
 
 // emit delivers ev on the lease's own channel without ever blocking (see

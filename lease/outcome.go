@@ -28,6 +28,11 @@ type NodeOutcome struct {
 	// holds, when it answered Taken because of it; "" otherwise, or for an
 	// owner without one.
 	HeldBy string
+	// Shard, for a Redis Cluster node, is the master of the shard that
+	// answered, and Slot the resource's slot there; "" (and 0) for other
+	// nodes, and when no shard answered.
+	Shard string
+	Slot  int
 }
 
 // Outcomes names a round's votes, by node (addrs in node order). A node
@@ -43,6 +48,9 @@ func Outcomes(votes []node.Vote, addrs []string) []NodeOutcome {
 		if i < len(votes) && votes[i].Outcome != 0 {
 			v := votes[i]
 			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err, TTL: v.TTL, HeldBy: v.Meta}
+			if v.Shard != "" {
+				out[i].Shard, out[i].Slot = v.Shard, int(v.Slot)
+			}
 			if errors.Is(v.Err, node.ErrQuarantined) { // a Taken vote's Until is when the holder's key expires
 				out[i].QuarantinedUntil = v.Until
 			}
@@ -139,7 +147,7 @@ func (e *ExtendError) Unwrap() error { return e.Cause }
 
 // FormatOutcomes lists the nodes' outcomes for an error text, each as
 // what the node answered: granted, taken, quarantined until a time (with
-// how to end it for a new node), down, not answered yet, timeout or failed
+// how to end it for a node met without an epoch marker), down, not answered yet, timeout or failed
 // (with why).
 func FormatOutcomes(nodes []NodeOutcome) string {
 	var b strings.Builder
@@ -147,11 +155,17 @@ func FormatOutcomes(nodes []NodeOutcome) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s: ", n.Addr)
+		if n.Shard != "" {
+			fmt.Fprintf(&b, "%s (shard %s, slot %d): ", n.Addr, n.Shard, n.Slot)
+		} else {
+			fmt.Fprintf(&b, "%s: ", n.Addr)
+		}
 		switch {
-		case !n.QuarantinedUntil.IsZero():
-			fmt.Fprintf(&b, "quarantined until %s (it may have lost lock keys; if it is new and empty: engine.MarkNew, or redlease mark-new)",
+		case !n.QuarantinedUntil.IsZero() && errors.Is(n.Err, node.ErrNoMarker):
+			fmt.Fprintf(&b, "quarantined until %s (met without an epoch marker: if it is new and empty, engine.MarkNew or redlease mark-new ends that)",
 				n.QuarantinedUntil.Format(untilLayout))
+		case !n.QuarantinedUntil.IsZero():
+			fmt.Fprintf(&b, "quarantined until %s (it may have lost lock keys)", n.QuarantinedUntil.Format(untilLayout))
 		case errors.Is(n.Err, node.ErrNodeDown):
 			fmt.Fprintf(&b, "down (%s)", errtext.Bare(n.Err))
 		case errors.Is(n.Err, ErrNotAnswered):

@@ -24,7 +24,8 @@ func TestRefusalTexts(t *testing.T) {
 		{"taken", node.Vote{Outcome: node.Taken, Until: back, Holder: "h", Meta: "web-1"}}, // when its key expires
 		{"absent", node.Vote{Outcome: node.Absent}},                                        // an extension's: not the lease's key either
 		{"down (node down)", node.Vote{Outcome: node.Failed, Err: node.ErrNodeDown}},
-		{"quarantined until 12:00:00.000", node.Vote{Outcome: node.Failed, Err: node.ErrQuarantined, Until: back}},
+		{"quarantined until 12:00:00.000 (it may have lost", node.Vote{Outcome: node.Failed, Err: node.ErrQuarantined, Until: back}},
+		{"quarantined until 12:00:00.000 (met without an epoch marker", node.Vote{Outcome: node.Failed, Err: fmt.Errorf("%w: %w", node.ErrQuarantined, node.ErrNoMarker), Until: back}},
 		{"timeout (node timeout)", node.Vote{Outcome: node.Timeout, Err: errors.New("redlease: node timeout")}},
 		{"not answered yet", node.Vote{}},
 	}
@@ -47,8 +48,8 @@ func TestRefusalTexts(t *testing.T) {
 				t.Errorf("%v: %q lacks %q", votes, list, w)
 			}
 		}
-		if strings.Contains(list, "quarantined") != strings.Contains(list, "MarkNew") {
-			t.Errorf("%q: a quarantined node without the hint of MarkNew, or the hint without one", list)
+		if strings.Contains(list, "without an epoch marker") != strings.Contains(list, "MarkNew") {
+			t.Errorf("%q: a node met without an epoch marker without the hint of MarkNew, or the hint for another", list)
 		}
 		for _, extend := range []bool{false, true} {
 			err := refused(votes, extend)
@@ -66,6 +67,11 @@ func TestRefusalTexts(t *testing.T) {
 	}
 	if Outcomes(nil, addrs) != nil {
 		t.Error("no round names nodes")
+	}
+	// A cluster's answer names its shard and the resource's slot.
+	out := Outcomes([]node.Vote{{Outcome: node.Taken, Shard: "m:1", Slot: 7}}, []string{"cluster://a:1"})
+	if o := out[0]; o.Shard != "m:1" || o.Slot != 7 || FormatOutcomes(out) != "cluster://a:1 (shard m:1, slot 7): taken" {
+		t.Errorf("cluster outcome %+v: %q; want shard m:1, slot 7 named", o, FormatOutcomes(out))
 	}
 }
 

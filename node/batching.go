@@ -126,10 +126,10 @@ func (a *nodeActor) flush() {
 				continue
 			}
 		case e.op.acquires() && quarantined:
-			a.replyQuarantined(&e, now, a.health.quarantineUntil, nil)
+			a.replyQuarantined(&e, now, a.health.quarantineUntil, a.health.quarantineErr, nil)
 			continue
 		case e.op.acquires() && a.slotOut(e.slot, now):
-			a.replyQuarantined(&e, now, a.health.slotsOut[e.slot], nil)
+			a.replyQuarantined(&e, now, a.health.slotsOut[e.slot], ErrQuarantined, nil)
 			continue
 		case e.op.acquires() && a.health.evicting != nil:
 			a.reply(&e, Failed, now, a.health.evicting, nil)

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -192,7 +193,7 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 		}
 		return granted, last
 	}
-	if n, v := acquire(0); n != 0 || v.Err != ErrQuarantined {
+	if n, v := acquire(0); n != 0 || !errors.Is(v.Err, ErrQuarantined) {
 		t.Fatalf("first sight: %d granted, %v %v; want quarantined", n, v.Outcome, v.Err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
@@ -259,7 +260,7 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 	v := h.askAll([]Command{&Acquire{Request: h.req(key, "me", round), TTL: held, Contended: true}})[round]
 	// Quarantined since the move (not by now: its 300ms may have ended
 	// while a loaded machine got here, as in one .ci/run).
-	if v.Err != ErrQuarantined || !v.Until.After(moved.Add(q)) {
+	if !errors.Is(v.Err, ErrQuarantined) || !v.Until.After(moved.Add(q)) {
 		t.Fatalf("acquire on the moved slot: %v %v until %v, want quarantined until after %v", v.Outcome, v.Err, v.Until, moved.Add(q))
 	}
 	// The rest of the shard keeps its votes: acquires, plain and through
@@ -401,7 +402,7 @@ func TestClusterSlotWaitsForItsShard(t *testing.T) {
 	to := h.moveSlot(hashslot.Of(key))
 	moved := time.Now()
 	testwait.Eventually(t, 5*time.Second, "the moved slot quarantined (after MOVED, the view asked again)", func() bool {
-		return ask(acquire, key).Err == ErrQuarantined
+		return errors.Is(ask(acquire, key).Err, ErrQuarantined)
 	})
 	time.Sleep(q * 2 / 3)
 	if _, err := to.Do(ctx, "FLUSHALL"); err != nil {
@@ -417,7 +418,7 @@ func TestClusterSlotWaitsForItsShard(t *testing.T) {
 	time.Sleep(time.Until(moved.Add(q + 200*time.Millisecond)))
 	marker := markerKey(epochKey, uint16(hashslot.Of(key)))
 	for time.Now().Before(shard.Stats().QuarantineUntil.Add(-300 * time.Millisecond)) {
-		if v := ask(acquire, key); v.Err != ErrQuarantined {
+		if v := ask(acquire, key); !errors.Is(v.Err, ErrQuarantined) {
 			t.Fatalf("acquire on the moved slot in its master's quarantine: %v %v", v.Outcome, v.Err)
 		}
 		ask(release, other) // a batch, which a mark would go in front of

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,12 @@ var (
 	// a flush, evicted keys) and refuses acquires until every lease it may
 	// have held has expired.
 	ErrQuarantined = errors.New("redlease: node may have lost lock keys (a restart, a flush, evictions): quarantined")
+	// ErrNoMarker: wrapped, with ErrQuarantined, by the refusal of a node
+	// quarantined since this engine first met it without any epoch
+	// marker: a new node (MarkNew ends that), or one that lost all its
+	// data. A node met with another dataset's marker (restarted, failed
+	// over) was in use before, and its refusal does not wrap it.
+	ErrNoMarker = errors.New("no epoch marker at first sight")
 	// ErrEvicting: the node has a memory limit and a maxmemory-policy
 	// that lets it evict keys with a TTL, lock keys among them, when its
 	// memory fills: it would forget a lease it holds and grant the
@@ -61,6 +68,10 @@ type Info struct {
 	// it follows the node's wall clock, which may step.
 	Uptime  time.Duration
 	Replica bool // a read-only replica, useless for locking
+	// Cluster: the server runs in cluster mode (INFO's redis_mode): a
+	// master of a Redis Cluster votes as a shard of a cluster:// node,
+	// never as a node of its own.
+	Cluster bool
 	// Promoted: a master that was a replica (INFO replication keeps the
 	// replication id it had, second_repl_offset): its data is what it had
 	// replicated, which may lack its master's latest writes.
@@ -131,6 +142,14 @@ func noPerm(err error) bool {
 func Denied(err error) bool {
 	var re *rueidis.RedisError
 	return errors.As(err, &re) && noPerm(re)
+}
+
+// SlotRefused reports whether err is, or wraps, a Redis Cluster master's
+// refusal of a key's slot, one it does not serve now (see movedSlot): only
+// a server in cluster mode answers so.
+func SlotRefused(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && movedSlot(re)
 }
 
 // A probe's commands, by their place in it.
@@ -236,6 +255,8 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	info.Debug = err != nil || debug["enable-debug-command"] != "no"
 	info.ConfigDenied = err != nil
 	info.RunID, _ = redisinfo.Field(server, "run_id")
+	mode, _ := redisinfo.Field(server, "redis_mode")
+	info.Cluster = mode == "cluster"
 	info.ReplID, _ = redisinfo.Field(repl, "master_replid")
 	role, _ := redisinfo.Field(repl, "role")
 	info.Replica = role == "slave"
@@ -321,9 +342,11 @@ type health struct {
 	epoch           string // what every acquire batch requires (epoch), made once per probe
 	evicts          string // the node's maxmemory-policy, when it may evict lock keys
 	down            bool
+	downErr         error         // why it went down
 	failures        int           // consecutive failed batches or probes
 	failedAt        time.Time     // when the last was counted
 	quarantineUntil time.Time     // acquires refused before it
+	quarantineErr   error         // they are refused with it: ErrQuarantined, with why
 	lossAt          time.Time     // since when the latest quarantine counts (quarantine)
 	horizon         time.Duration // the longest TTL recorded on the engine's nodes (Horizon)
 	record          recorded      // what the node's TTL record is known to hold
@@ -448,8 +471,11 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 	}
 	switch {
 	case prev.RunID == "":
-		if !info.Trusted() {
-			a.lostData(at, "first sight: no epoch marker of this dataset"+promoted(info))
+		switch {
+		case info.Epoch == "":
+			a.lostData(at, fmt.Errorf("%w%s", ErrNoMarker, promoted(info)))
+		case !info.Trusted():
+			a.lostData(at, "first sight: the epoch marker names another dataset"+promoted(info))
 		}
 	case prev.Addr != info.Addr:
 		a.lostData(at, "its master set failed over to "+info.Addr+promoted(info))
@@ -520,8 +546,14 @@ func (a *nodeActor) lost(e *entry, done *sent) {
 
 // lostData quarantines the node until Quarantine after since, the moment
 // it may have lost its data, and writes the marker after that.
-func (a *nodeActor) lostData(since time.Time, why string) {
+func (a *nodeActor) lostData(since time.Time, why any) {
 	if a.quarantine(since) && time.Now().Before(a.health.quarantineUntil) {
+		if err, ok := why.(error); ok {
+			a.health.quarantineErr = fmt.Errorf("%w: %w", ErrQuarantined, err)
+		} else {
+			a.health.quarantineErr = fmt.Errorf("%w: %s", ErrQuarantined, why)
+		}
+		a.tellHealth()
 		a.stats.restarts.Add(1)
 		a.cfg.Logger.Warn("redlease: node may have lost its data; refusing acquires until every lease it held expired",
 			"node", a.cfg.Addr, "why", why, "until", a.health.quarantineUntil)
@@ -669,7 +701,10 @@ func (a *nodeActor) batchDone(m *sent) {
 	switch {
 	case m.failed == 0:
 		a.health.failures = 0
-		a.setDown(false, nil)
+		if a.health.down {
+			a.setDown(false, nil)
+			a.tellHealth()
+		}
 	case m.failed == m.size && m.sentAt.After(a.health.failedAt):
 		// Batches that were on the wire together and got no answer count
 		// as one failure: what failed the first failed the others.
@@ -705,7 +740,7 @@ func (a *nodeActor) setDown(down bool, err error) {
 	if a.health.down == down {
 		return
 	}
-	a.health.down = down
+	a.health.down, a.health.downErr = down, err
 	a.stats.down.Store(down)
 	if down {
 		a.cfg.Logger.Warn("redlease: node down; failing its commands fast until a probe succeeds", "node", a.cfg.Addr, "err", err)
@@ -713,6 +748,45 @@ func (a *nodeActor) setDown(down bool, err error) {
 	} else {
 		a.cfg.Logger.Info("redlease: node up again", "node", a.cfg.Addr)
 	}
+	if down { // up: told by the caller once it knows whether it serves (a probe may find it quarantined)
+		a.tellHealth()
+	}
+}
+
+// HealthChange is a change in whether a node actor serves acquires, as
+// Config.OnHealth hears of it: it went down, into a restart quarantine,
+// or serves again (neither). A quarantine's end is heard at the first
+// probe after it (within HealthInterval).
+type HealthChange struct {
+	Addr  string // the actor's Config.Addr: on a cluster, its shard's master
+	Shard bool   // the actor is a shard of a Redis Cluster node
+	// Down: failing fast after unanswered batches or probes; Err says
+	// why.
+	Down bool
+	// Until: quarantined until then, Err (matching ErrQuarantined) says
+	// why; zero when not.
+	Until time.Time
+	Err   error
+}
+
+// tellHealth calls Config.OnHealth when the node's health is not what it
+// last told: down, quarantined (or until a later time), or serving.
+func (a *nodeActor) tellHealth() {
+	if a.cfg.OnHealth == nil {
+		return
+	}
+	h := HealthChange{Addr: a.cfg.Addr, Shard: a.cfg.Slots != nil}
+	switch {
+	case a.health.down:
+		h.Down, h.Err = true, a.health.downErr
+	case a.health.quarantined(time.Now()):
+		h.Until, h.Err = a.health.quarantineUntil, cmp.Or(a.health.quarantineErr, ErrQuarantined)
+	}
+	if h.Down == a.told.Down && h.Until.Equal(a.told.Until) {
+		return
+	}
+	a.told = h
+	a.cfg.OnHealth(h)
 }
 
 // armProbe schedules the next probe: every HealthInterval, DownProbeDivisor

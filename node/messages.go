@@ -253,6 +253,10 @@ type Vote struct {
 	// TTL: for a Check, and with Holder, the key's remaining TTL as the
 	// node answered (its PTTL; 0 for a key without one).
 	TTL time.Duration
+	// Shard, on a Redis Cluster node, is the master of the shard that
+	// answered, and Slot the key's slot there; "" for other nodes.
+	Shard string
+	Slot  uint16
 }
 
 // votes recycles Votes: ten go out per acquire and release on five

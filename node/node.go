@@ -58,6 +58,10 @@ type Config struct {
 	reroute func(*rerouted)
 
 	Meter Meter // told of each batch's round trip; nil for none
+	// OnHealth, if set, is told when the node goes down, into a restart
+	// quarantine, or serves again (a shard actor's copies it, naming its
+	// master). Called from the actor's goroutine: it must not block.
+	OnHealth func(HealthChange)
 }
 
 // Meter is told of each batch a node actor put on the wire: its round
@@ -250,6 +254,7 @@ type job struct {
 
 type nodeActor struct {
 	cfg    Config
+	told   HealthChange // what OnHealth last heard (tellHealth)
 	system *actor.ActorSystem
 	self   *actor.PID
 	conn   *Conn
@@ -308,6 +313,7 @@ func (a *nodeActor) Receive(ctx actor.Context) {
 	case *probed:
 		a.returned(0)
 		a.probeDone(m)
+		a.tellHealth() // a quarantine may have ended, or begun
 		a.flush()
 	case *deepTick:
 		a.deepSet = false

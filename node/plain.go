@@ -197,7 +197,7 @@ func (a *nodeActor) answerPlain(batch []entry, results []rueidis.RedisResult, ep
 			a.reply(e, Failed, now, r.Error(), out)
 		case !holds:
 			a.lost(e, done)
-			a.replyQuarantined(e, now, now.Add(a.quarantineFor()), out)
+			a.replyQuarantined(e, now, now.Add(a.quarantineFor()), ErrQuarantined, out)
 			if set { // not a vote: the key goes
 				c := entry{op: opRelease, req: &Request{Key: e.req.Key, Grants: e.req.Grants, Value: e.req.Value},
 					ttl: e.ttl, queued: now, silent: true, keyBit: e.keyBit}

@@ -297,7 +297,7 @@ func (a *nodeActor) answerReply(e *entry, reply *rueidis.RedisMessage, now time.
 		a.reply(e, Absent, now, nil, out)
 	case n == epochMissing:
 		a.lost(e, done)
-		a.replyQuarantined(e, now, now.Add(a.quarantineFor()), out)
+		a.replyQuarantined(e, now, now.Add(a.quarantineFor()), ErrQuarantined, out)
 	case holder != "": // counter: the key's PTTL
 		v := Vote{Outcome: Taken, RTT: now.Sub(e.queued), Holder: holder, Meta: meta, TTL: pttl(counter)}
 		if int64(counter) >= 0 {
@@ -383,9 +383,13 @@ func (a *nodeActor) reply(e *entry, o Outcome, now time.Time, err error, out *ac
 }
 
 // replyQuarantined refuses an acquire while the node sits out, saying
-// until when, so the lease can wait for it instead of retrying blindly.
-func (a *nodeActor) replyQuarantined(e *entry, now, until time.Time, out *actors.Batch) {
-	a.answer(e, Vote{Outcome: Failed, RTT: now.Sub(e.queued), Err: ErrQuarantined, Until: until}, out)
+// until when, so the lease can wait for it instead of retrying blindly,
+// and why (err, matching ErrQuarantined; nil for ErrQuarantined).
+func (a *nodeActor) replyQuarantined(e *entry, now, until time.Time, err error, out *actors.Batch) {
+	if err == nil {
+		err = ErrQuarantined
+	}
+	a.answer(e, Vote{Outcome: Failed, RTT: now.Sub(e.queued), Err: err, Until: until}, out)
 }
 
 // answer sends v, from this node and for e's round, to e's sender: through
@@ -398,6 +402,9 @@ func (a *nodeActor) answer(e *entry, v Vote, out *actors.Batch) {
 	p := votes.Get().(*Vote)
 	*p = v
 	p.Node, p.Round = a.cfg.Index, e.req.Round
+	if a.cfg.Slots != nil {
+		p.Shard, p.Slot = a.cfg.Addr, e.slot
+	}
 	if out != nil && e.req.Inbox != nil {
 		out.Post(e.req.Inbox, p)
 		return

@@ -34,6 +34,7 @@ type keyJSON struct {
 	Node      string `json:"node"`
 	Value     string `json:"value"`
 	TTLMillis int64  `json:"ttl_ms"`
+	Error     string `json:"error,omitempty"` // why value and TTL could not be read
 }
 
 func runLocks(ctx context.Context, o *options, cfg engine.Config, args []string, s ios) int {
@@ -50,7 +51,11 @@ func runLocks(ctx context.Context, o *options, cfg engine.Config, args []string,
 	for i, r := range reports {
 		l := lockJSON{Resource: r.Resource, Held: r.Owner != "", Owner: r.Owner, Meta: engine.MetaOf(r.Owner), Fence: r.Fence}
 		for _, k := range r.Keys {
-			l.Keys = append(l.Keys, keyJSON{Node: k.Node, Value: k.Value, TTLMillis: k.TTL.Milliseconds()})
+			key := keyJSON{Node: k.Node, Value: k.Value, TTLMillis: k.TTL.Milliseconds()}
+			if k.Err != nil {
+				key.Error = k.Err.Error()
+			}
+			l.Keys = append(l.Keys, key)
 		}
 		out.Locks[i] = l
 	}
@@ -85,7 +90,11 @@ func printLocks(s ios, nodes []string, out locksJSON) {
 		for _, k := range l.Keys {
 			n := strconv.Itoa(slices.Index(nodes, k.Node) + 1)
 			which = append(which, n)
-			ttls = append(ttls, n+":"+ttlText(k.TTLMillis))
+			ttl := ttlText(k.TTLMillis)
+			if k.Error != "" {
+				ttl = "unreadable" // the error below says why
+			}
+			ttls = append(ttls, n+":"+ttl)
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d/%d (%s)\t%s\t%d\n", printable(l.Resource), state, owner, printable(meta),
 			len(l.Keys), len(nodes), strings.Join(which, ","), strings.Join(ttls, " "), l.Fence)

@@ -7,8 +7,15 @@
 //	redlease unlock   -nodes a,b,c -reason WHY [-yes] RESOURCE
 //	                                          force a lock free: delete its lock key where it holds the value seen
 //
+// The nodes are given as engine.Config.Nodes takes them: -node once per
+// entry (host:port, sentinel://host:port[,host:port...]/master-set or
+// cluster://host:port[,host:port...]), or -nodes (or $REDLEASE_NODES)
+// with the entries separated by spaces, where commas separate host:port
+// entries too: -nodes "a:1,b:1 cluster://c:1,c:2 sentinel://s:1,s:2/m".
+//
 // nodes exits 1 when fewer than a quorum of the nodes can serve an acquire
-// now; locks exits 1 when a node could not be scanned; mark-new exits 1
+// now; locks exits 1 when a node could not be scanned, or a key read (it
+// lists what it read, and names what it could not); mark-new exits 1
 // when it marked fewer than the nodes asked for; unlock exits 1 when a node
 // could not be reached, or it was not confirmed. Usage errors exit 2.
 // Run any command with -h for its flags.
@@ -111,7 +118,8 @@ func usage(w io.Writer) {
 
 // options are the flags every command takes.
 type options struct {
-	nodes       string
+	nodes       string   // -nodes: entries separated by spaces
+	node        []string // -node, once per entry
 	prefix      string
 	quarantine  time.Duration
 	timeout     time.Duration
@@ -130,7 +138,11 @@ func parseFlags(c command, args []string, errOut io.Writer, getenv func(string) 
 	o := &options{}
 	fs := flag.NewFlagSet("redlease "+c.name, flag.ContinueOnError)
 	fs.SetOutput(errOut)
-	fs.StringVar(&o.nodes, "nodes", getenv("REDLEASE_NODES"), "comma-separated nodes, as in engine.Config.Nodes: host:port, or sentinel://host:port[,host:port...]/master-set (default $REDLEASE_NODES)")
+	fs.StringVar(&o.nodes, "nodes", "", "the nodes, separated by spaces, each one as an entry of engine.Config.Nodes; commas separate host:port entries too: \"a:1,b:1 cluster://c:1,c:2 sentinel://s:1,s:2/m\" (default $REDLEASE_NODES, when there is no -node)")
+	fs.Func("node", "one node, exactly as an entry of engine.Config.Nodes: a master's host:port, a Sentinel master set as sentinel://host:port[,host:port...]/master-set, or a Redis Cluster as cluster://host:port[,host:port...] (some of its nodes); repeat it for each node", func(s string) error {
+		o.node = append(o.node, s)
+		return nil
+	})
 	fs.StringVar(&o.prefix, "prefix", engine.DefaultKeyPrefix, "the engines' KeyPrefix")
 	fs.DurationVar(&o.quarantine, "quarantine", engine.DefaultTTL, "the engines' RestartQuarantine (their MaxTTL unless set; by default TTL, 10s): how long a node that may have lost its data sits out from when an engine sees it")
 	fs.DurationVar(&o.timeout, "timeout", 2*time.Second, "bound on connecting to each node and on each command")
@@ -168,8 +180,11 @@ func parseFlags(c command, args []string, errOut io.Writer, getenv func(string) 
 	if len(rest) > 1 {
 		return nil, nil, fmt.Errorf("one %s at most, got %q", strings.Trim(c.args, "[]"), rest)
 	}
-	if strings.TrimSpace(o.nodes) == "" {
-		return nil, nil, errors.New("-nodes is required (or $REDLEASE_NODES): the address of every node, comma-separated")
+	if o.nodes == "" && len(o.node) == 0 {
+		o.nodes = getenv("REDLEASE_NODES")
+	}
+	if strings.TrimSpace(o.nodes) == "" && len(o.node) == 0 {
+		return nil, nil, errors.New("-node (once per node) or -nodes (or $REDLEASE_NODES) is required: every node of the deployment")
 	}
 	if o.quarantine <= 0 {
 		return nil, nil, fmt.Errorf("-quarantine must be > 0, got %v", o.quarantine)
@@ -183,22 +198,25 @@ func parseFlags(c command, args []string, errOut io.Writer, getenv func(string) 
 	return o, rest, nil
 }
 
-// splitNodes splits -nodes at its commas, but for those between a master
-// set's sentinels (sentinel://a,b/name is one node).
-func splitNodes(s string) []string {
+// splitNodes reads -nodes: entries of Config.Nodes separated by spaces.
+// A word without a scheme is split at its commas as well (host:port never
+// holds one); a sentinel:// or cluster:// entry runs to the next space,
+// as its own commas separate its addresses. A scheme after a comma is
+// refused: "a:1,cluster://b:1,c:1" could mean c:1 is the cluster's or a
+// node of its own.
+func splitNodes(s string) ([]string, error) {
 	var nodes []string
-	open := false // in a sentinel entry before its /name
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if open {
-			nodes[len(nodes)-1] += "," + part
-		} else {
-			nodes = append(nodes, part)
+	for _, word := range strings.Fields(s) {
+		if strings.HasPrefix(word, node.SentinelScheme) || strings.HasPrefix(word, node.ClusterScheme) {
+			nodes = append(nodes, word)
+			continue
 		}
-		rest, sentinel := strings.CutPrefix(nodes[len(nodes)-1], node.SentinelScheme)
-		open = sentinel && !strings.Contains(rest, "/")
+		if strings.Contains(word, "://") {
+			return nil, fmt.Errorf("-nodes %q: a space, not a comma, goes before a sentinel:// or cluster:// node (its own commas separate its addresses); or give each node a -node", word)
+		}
+		nodes = append(nodes, strings.Split(word, ",")...)
 	}
-	return nodes
+	return nodes, nil
 }
 
 // config is the engine configuration the flags describe: the engines'
@@ -216,7 +234,11 @@ func (o *options) config() (engine.Config, error) {
 			ConnWriteTimeout: o.timeout,
 		},
 	}
-	cfg.Nodes = splitNodes(o.nodes)
+	nodes, err := splitNodes(o.nodes)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Nodes = append(nodes, o.node...)
 	if o.tls || o.caFile != "" {
 		cfg.Client.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 		if o.caFile != "" {

@@ -10,6 +10,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -448,12 +450,89 @@ func writeTestCerts(t *testing.T, dir string) (caFile, certFile, keyFile string)
 	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", leafDER), write("key.pem", "EC PRIVATE KEY", keyDER)
 }
 
-// -nodes splits at commas, but keeps a master set's sentinels together.
-func TestSplitNodes(t *testing.T) {
-	got := splitNodes("127.0.0.1:1, sentinel://127.0.0.1:2,127.0.0.1:3/m,127.0.0.1:4,sentinel://127.0.0.1:5/n")
-	want := []string{"127.0.0.1:1", "sentinel://127.0.0.1:2,127.0.0.1:3/m", "127.0.0.1:4", "sentinel://127.0.0.1:5/n"}
-	if !slices.Equal(got, want) {
-		t.Errorf("splitNodes = %q, want %q", got, want)
+// -nodes separates entries of Config.Nodes with spaces, and host:port
+// entries with commas too; a sentinel:// or cluster:// entry runs to the
+// next space; -node gives one entry each, after those of -nodes.
+func TestNodesSyntax(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // nil: a usage error
+	}{
+		{[]string{"-nodes", "127.0.0.1:1,127.0.0.1:2"}, []string{"127.0.0.1:1", "127.0.0.1:2"}},
+		{[]string{"-nodes", "cluster://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3 127.0.0.1:4\t127.0.0.1:5"},
+			[]string{"cluster://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"}},
+		// What Config.Nodes takes as one entry is one node.
+		{[]string{"-nodes", "cluster://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4,127.0.0.1:5"},
+			[]string{"cluster://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4,127.0.0.1:5"}},
+		{[]string{"-nodes", " 127.0.0.1:1 sentinel://127.0.0.1:2,127.0.0.1:3/m 127.0.0.1:4,sentinel-host:5 "},
+			[]string{"127.0.0.1:1", "sentinel://127.0.0.1:2,127.0.0.1:3/m", "127.0.0.1:4", "sentinel-host:5"}},
+		{[]string{"-node", "cluster://127.0.0.1:1,127.0.0.1:2", "-node", "127.0.0.1:4", "-nodes", "127.0.0.1:5"},
+			[]string{"127.0.0.1:5", "cluster://127.0.0.1:1,127.0.0.1:2", "127.0.0.1:4"}},
+		// Ambiguous: is 127.0.0.1:2 the cluster's or a node of its own?
+		{[]string{"-nodes", "127.0.0.1:1,cluster://127.0.0.1:2,127.0.0.1:3"}, nil},
+		{[]string{"-nodes", "127.0.0.1:1,sentinel://127.0.0.1:2/m"}, nil},
+		{[]string{"-nodes", "  "}, nil},
+	} {
+		o, _, err := parseFlags(commands[0], tc.args, io.Discard, func(string) string { return "" })
+		var cfg engine.Config
+		if err == nil {
+			cfg, err = o.config()
+		}
+		switch {
+		case tc.want == nil && err == nil:
+			t.Errorf("%q: nodes %q; want a usage error", tc.args, cfg.Nodes)
+		case tc.want != nil && err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		case tc.want != nil && !slices.Equal(cfg.Nodes, tc.want):
+			t.Errorf("%q: nodes %q, want %q", tc.args, cfg.Nodes, tc.want)
+		}
+	}
+	// $REDLEASE_NODES is -nodes' default when neither flag is given.
+	env := func(string) string { return "127.0.0.1:1 127.0.0.1:2" }
+	for args, want := range map[string][]string{"": {"127.0.0.1:1", "127.0.0.1:2"}, "127.0.0.1:9": {"127.0.0.1:9"}} {
+		var flags []string
+		if args != "" {
+			flags = []string{"-node", args}
+		}
+		o, _, err := parseFlags(commands[0], flags, io.Discard, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg, _ := o.config(); !slices.Equal(cfg.Nodes, want) {
+			t.Errorf("$REDLEASE_NODES with %q: nodes %q, want %q", flags, cfg.Nodes, want)
+		}
+	}
+}
+
+// A master of a Redis Cluster given as a node of its own (host:port) is
+// refused, as New refuses it: nodes calls it refused, mark-new marks
+// nothing, and both name the cluster:// form. Named as cluster://, and
+// in the same command, the cluster is marked.
+func TestClusterMasterAsNode(t *testing.T) {
+	c := redisproc.StartRedisClusterT(t, 3, 0)
+	masters := c.Addrs()
+	_, err := engine.New(engine.Config{Nodes: masters[:1]})
+	if !errors.Is(err, engine.ErrClusterMaster) {
+		t.Fatalf("New with a cluster master as a node: %v; want ErrClusterMaster", err)
+	}
+	// Each master: the epoch marker's slot is served by one of them, so
+	// that one's probe succeeds; the others' fail with MOVED.
+	var got nodesJSON
+	wantCode(t, "nodes", cliJSON(t, &got, "nodes", "-nodes", strings.Join(masters, " ")), exitFail)
+	for _, n := range got.Nodes {
+		if n.State != stateRefused || !strings.Contains(n.Error, "cluster://"+n.Node) {
+			t.Errorf("cluster master as a node: %+v; want refused, naming cluster://%s", n, n.Node)
+		}
+	}
+	var marked markJSON
+	wantCode(t, "mark-new", cliJSON(t, &marked, "mark-new", "-yes", "-node", "cluster://"+masters[0], "-node", masters[1]), exitFail)
+	if len(marked.Marked) != 1 || marked.Marked[0] != "cluster://"+masters[0] ||
+		len(marked.Refused) != 1 || marked.Refused[0].Node != masters[1] || !strings.Contains(marked.Refused[0].Why, "a master of a Redis Cluster") {
+		t.Errorf("mark-new: %+v; want the cluster marked, its master as a node refused as one", marked)
+	}
+	code, _, stderr := cli(t, "", nil, "mark-new", "-h")
+	if code != exitOK || !strings.Contains(stderr, "cluster://host:port") || !strings.Contains(stderr, "sentinel://host:port") {
+		t.Errorf("mark-new -h (%d): %q; want the cluster:// and sentinel:// forms", code, stderr)
 	}
 }
 
@@ -548,5 +627,69 @@ func lockAndUnlock(t *testing.T, spec string, master *redisproc.Node) {
 	wantCode(t, "unlock", code, exitOK)
 	if _, ok, err := master.Get(t.Context(), "redlease:{job}"); err != nil || ok {
 		t.Fatalf("after unlock the master still has the key (%v)", err)
+	}
+}
+
+// A lock key left on a cluster master that does not serve its slot (a
+// migration aborted after its keys moved) cannot be read: locks still
+// lists what it can (a lease held), names the key it cannot, and exits 1;
+// mark-new refuses for the lock keys, naming that one too.
+func TestStrayClusterKey(t *testing.T) {
+	c := redisproc.StartRedisClusterT(t, 3, 0)
+	spec := node.Target{Cluster: c.Addrs()[:1]}.String()
+	ctx := t.Context()
+	_, l := holdInvoice(t, []string{spec})
+	defer l.Release(ctx)
+
+	key := "redlease:{stray}"
+	slot := hashslot.Of(key)
+	owner, err := c.MasterOf(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := owner.Set(ctx, key, "gone", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	to := masters[0]
+	if to == owner {
+		to = masters[1]
+	}
+	m, err := c.StartSlotMigration(ctx, slot, to, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*redisproc.Node{m.From, m.To} { // aborted: the key stays on To
+		if _, err := n.Do(ctx, "CLUSTER", "SETSLOT", strconv.Itoa(slot), "STABLE"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var got locksJSON
+	wantCode(t, "locks", cliJSON(t, &got, "locks", "-nodes", spec), exitFail)
+	if len(got.Locks) != 2 || got.Locks[0].Resource != "invoice:42" || got.Locks[0].Owner != l.Value() ||
+		got.Locks[1].Resource != "stray" || got.Locks[1].Held || len(got.Locks[1].Keys) != 1 || got.Locks[1].Keys[0].Error == "" {
+		t.Errorf("locks: %+v; want invoice:42 held by the lease, and stray's key unreadable", got.Locks)
+	}
+	if len(got.Errors) != 1 || !strings.Contains(got.Errors[0], to.Addr()) || !strings.Contains(got.Errors[0], key) ||
+		!strings.Contains(got.Errors[0], strconv.Itoa(slot)) {
+		t.Errorf("locks errors: %q; want one naming master %s, key %s and slot %d", got.Errors, to.Addr(), key, slot)
+	}
+	code, out, _ := cli(t, "", nil, "locks", "-nodes", spec)
+	if code != exitFail || !strings.Contains(out, "2 resources: 1 held") || !strings.Contains(out, "unreadable") {
+		t.Errorf("locks table (%d):\n%s\nwant both resources, stray's TTL unreadable", code, out)
+	}
+
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var marked markJSON
+	wantCode(t, "mark-new", cliJSON(t, &marked, "mark-new", "-yes", "-nodes", spec), exitOK) // trusted: nothing to do
+	err = engine.CheckNew(ctx, engine.Config{Nodes: []string{spec}})
+	if !errors.Is(err, engine.ErrLiveLocks) || !strings.Contains(err.Error(), key) {
+		t.Errorf("CheckNew: %v; want ErrLiveLocks, naming %s", err, key)
 	}
 }

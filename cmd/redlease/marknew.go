@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -41,6 +42,8 @@ func runMarkNew(ctx context.Context, o *options, cfg engine.Config, _ []string, 
 	var todo []engine.NodeReport
 	for _, n := range nodes {
 		switch {
+		case errors.Is(n.Err, engine.ErrClusterMaster):
+			refuse(n, n.Err.Error())
 		case n.Err != nil:
 			refuse(n, "unreachable: "+n.Err.Error())
 		case n.Replica:

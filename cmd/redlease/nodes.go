@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -16,10 +17,13 @@ const (
 	stateReplica     = "replica"
 	stateEvicting    = "evicting"
 	stateUnreachable = "unreachable"
+	stateRefused     = "refused" // not a node: a master of a Redis Cluster
 )
 
 func nodeState(r engine.NodeReport, now time.Time) string {
 	switch {
+	case errors.Is(r.Err, engine.ErrClusterMaster):
+		return stateRefused
 	case r.Err != nil:
 		return stateUnreachable
 	case r.Replica:
