@@ -168,9 +168,13 @@
 //     a master that was never demoted (it kept its replication id, and
 //     lacks what the other took meanwhile) between two probes, raise
 //     the set's config-epoch, which every probe reads from the sentinels
-//     (Info.Switches): a rise quarantines as a failover does. The
-//     promotion's CLIENT KILL drops the engine's connection, so the
-//     probe comes before the next batch.
+//     (Info.Switches): a rise quarantines as a failover does, from 0 on
+//     (a set that never failed over before). The promotion's CLIENT KILL
+//     drops the engine's connection, so a probe comes before the next
+//     batch; one that dials asks the sentinels again after the dial (the
+//     answer it moved on was asked at the probe before, which may be an
+//     HealthInterval old), so its count covers every switch before its
+//     connection.
 //   - a Redis Cluster's shard failing over (CLUSTER FAILOVER, FORCE,
 //     TAKEOVER, or the cluster promoting a replica of a master that
 //     died): the slots' master is a new address, so a new shard actor,

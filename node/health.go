@@ -222,6 +222,7 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	// An ACL may deny either: a denied EXEC ends the transaction
 	// (EXECABORT), as TestACLDeniedCommands checks.
 	cmds[pMulti], cmds[pExec] = b.Multi().Build(), b.Exec().Build()
+	before := c.dials.Load()
 	start := time.Now()
 	res := client.DoMulti(ctx, cmds...)
 	rtt := time.Since(start)
@@ -278,6 +279,19 @@ func (c *Conn) Probe(ctx context.Context, epochKey string, prev Info) (Info, err
 	}
 	if c.dials.Load() != dials {
 		return Info{}, errors.New("redlease: the connection changed during the probe")
+	}
+	if dials != before && c.sentinels != nil {
+		// A new connection, maybe because a promotion dropped the last
+		// (Sentinel's CLIENT KILL): the answer locate moved on was asked
+		// at the probe before, maybe long before, and may not count the
+		// switches since. One asked now, after the dial, counts every
+		// switch before this connection; a later one drops it again.
+		switches, err := c.sentinels.switchesOf(ctx, info.Addr)
+		if err != nil {
+			c.redial() // batches wait for a probe that dials, and asks, again
+			return Info{}, err
+		}
+		info.Switches = max(info.Switches, switches)
 	}
 	return info, nil
 }
@@ -479,7 +493,7 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 		}
 	case prev.Addr != info.Addr:
 		a.lostData(at, "its master set failed over to "+info.Addr+promoted(info))
-	case info.Switches > prev.Switches && prev.Switches > 0:
+	case info.Switches > prev.Switches:
 		a.lostData(at, fmt.Sprintf("its master set switched masters since the last probe (Sentinel config-epoch %d, then %d), maybe to another and back: what the other took is lost", prev.Switches, info.Switches))
 	case prev.RunID != info.RunID:
 		a.lostData(at, "restarted (new run_id)"+promoted(info))

@@ -82,6 +82,22 @@ func (s *sentinels) query() {
 	s.last, s.asking = &l, false
 }
 
+// switchesOf asks the sentinels now, within half the dial timeout, and
+// returns their count of the set's failovers (see master) if they still
+// name master, else an error.
+func (s *sentinels) switchesOf(ctx context.Context, master string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opt.Dialer.Timeout/2)
+	defer cancel()
+	l := s.master(ctx)
+	switch {
+	case l.err != nil:
+		return 0, l.err
+	case l.addr != master:
+		return 0, fmt.Errorf("the sentinels of %q name %s the master now, not %s", s.name, l.addr, master)
+	}
+	return l.switches, nil
+}
+
 // newSentinels reads opt as Target.Option set it for a master set.
 func newSentinels(opt rueidis.ClientOption) *sentinels {
 	s := opt.Sentinel

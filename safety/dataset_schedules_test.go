@@ -12,6 +12,7 @@ import (
 	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/internal/testwait"
+	"github.com/redlease/redlease/node"
 )
 
 // Schedules of issue 27: a node whose dataset lost lock keys without a
@@ -262,6 +263,136 @@ func TestScheduleFailbackToAStalePrimary(t *testing.T) {
 	h.c.Nodes[0] = a // the node behind the address, for the report
 	h.mustOwn(0, "")
 	h.lastTry("contender", func() (*engine.Lease, error) { return contender.TryAcquire(ctx, resource) })
+}
+
+// 2”. "A failback to a master set's master that was never demoted"
+// (issue 43, item 9b). A Sentinel master set, master A and replica B,
+// is the only node. The set fails over to B and back to A while A is
+// still a master: with Sentinel's default periods a former master keeps
+// taking writes for some 10s after a failover before the sentinels make
+// it a replica, and a failback within that time (a failover undone by an
+// operator, or a second one as B fails) promotes an A that never lost
+// its data, nor got what B took. Here A's ACL denies SLAVEOF and
+// REPLICAOF but their NO ONE form (first-arg rules), which holds that
+// window open instead of racing it: Sentinel's demotion of A is a MULTI
+// that the denied SLAVEOF aborts whole, its promotion's SLAVEOF NO ONE
+// goes through. A keeps its run id, its replication id and its marker,
+// and the holder's key as it was before the failover, not its extension
+// on B. An engine idle through it all (probes an hour apart; the
+// promotion's CLIENT KILL drops its connection, so it probes first)
+// meets the A it met before: only the set's count of failovers
+// (Sentinel's config-epoch, 0, then 2) tells it that A's data lacks
+// what B granted. Once the holder's key expires on A, the idle engine
+// must still be refused while the extended lease holds: a quarantine
+// that names the switch.
+func TestScheduleFailbackToANeverDemotedMaster(t *testing.T) {
+	ctx := t.Context()
+	s := redisproc.StartSentinel(t, 1, 3)
+	a, b := s.Servers[0], s.Servers[1]
+	if _, err := a.Do(ctx, "ACL", "SETUSER", "default", "-slaveof", "-replicaof", "+slaveof|no", "+replicaof|no"); err != nil {
+		t.Fatal(err)
+	}
+	runID, err := a.RunID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replID, err := a.Info(ctx, "replication", "master_replid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const resource = "failback-never-demoted"
+	cfg := engine.Config{Nodes: []string{node.Target{MasterSet: s.Name, Sentinels: s.SentinelAddrs()}.String()},
+		TTL: 6 * time.Second, HealthInterval: time.Hour}
+	if err := engine.MarkNew(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	log := newEngineLog(cfg.Nodes)
+	idleCfg := cfg
+	idleCfg.Logger = log.logger("idle")
+	idle := newEngine(t, idleCfg) // met A, at config-epoch 0
+	probing, _ := probingContender(t, cfg, false)
+	probing.Logger = log.logger("holder")
+	holder := newEngine(t, probing)
+	h := newHolders(t, &redisproc.Cluster{Nodes: []*redisproc.Node{a}}, resource)
+	// A short lease on A, extended for longer on B.
+	l, err := holder.TryAcquire(ctx, resource, engine.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatalf("setup: holder: %v", err)
+	}
+	h.held("holder", l)
+	h.mustOwn(0, l.Value())
+	testwait.Eventually(t, time.Second, "setup: B has the holder's key", func() bool {
+		v, _, err := b.Get(ctx, lockKey(resource))
+		return err == nil && v == l.Value()
+	})
+
+	switchMaster(t, s, b)
+	// The holder's next probe moves it to B (and quarantines B, which
+	// refuses acquires, not extensions).
+	testwait.Eventually(t, 5*time.Second, "setup: the holder meets B", func() bool {
+		return logged(log, "holder", "failed over to "+b.Addr())
+	})
+	before := l.Until()
+	if err := l.Extend(ctx, engine.ExtendTTL(cfg.TTL)); err != nil {
+		t.Fatalf("setup: the holder's extension on B: %v", err)
+	}
+	if !l.Until().After(before) {
+		t.Fatalf("setup: the extension on B left the lease until %v", l.Until())
+	}
+	if d, err := b.PTTL(ctx, lockKey(resource)); err != nil || d < 2*time.Second {
+		t.Fatalf("setup: the holder's key lives %v on B (%v): not extended there", d, err)
+	}
+	switchMaster(t, s, a)
+	if id, err := a.RunID(ctx); err != nil || id != runID {
+		t.Fatalf("setup: A's run id is %q (%v), was %q: restarted", id, err, runID)
+	}
+	if id, err := a.Info(ctx, "replication", "master_replid"); err != nil || id != replID {
+		t.Fatalf("setup: A's replication id is %q (%v), was %q: demoted", id, err, replID)
+	}
+	// A's key, never extended, expires before the lease.
+	testwait.Eventually(t, cfg.TTL, "setup: the holder's key expires on A", func() bool {
+		_, ok, err := a.Get(ctx, lockKey(resource))
+		return err == nil && !ok
+	})
+	if left := time.Until(l.Until()); left < time.Second {
+		t.Fatalf("setup: the failovers took so long that the lease has %v left: the test proves little", left)
+	}
+	h.lastTry("idle engine", func() (*engine.Lease, error) { return idle.TryAcquire(ctx, resource) })
+	if why := "switched masters since the last probe"; !logged(log, "idle", why) {
+		t.Errorf("the idle engine never quarantined the node for a switch (%q); it logged: %v", why, log.between(time.Time{}, time.Now(), "", "idle"))
+	}
+}
+
+// logged reports whether the engine named engine logged a line about its
+// node that contains text.
+func logged(log *engineLog, engine, text string) bool {
+	return slices.ContainsFunc(log.between(time.Time{}, time.Now(), "", engine), func(l logLine) bool {
+		return strings.Contains(l.Text, text)
+	})
+}
+
+// switchMaster asks s's sentinels to fail over (SENTINEL FAILOVER, again
+// while one runs or no replica is fit yet) and waits until a majority of
+// them name want and want answers as a master. It does not wait for the
+// former master to follow: it may refuse.
+func switchMaster(t *testing.T, s *redisproc.SentinelSet, want *redisproc.Node) {
+	t.Helper()
+	ctx := t.Context()
+	testwait.Eventually(t, 10*time.Second, "setup: SENTINEL FAILOVER accepted", func() bool {
+		_, err := s.Sentinels[0].Do(ctx, "SENTINEL", "FAILOVER", s.Name)
+		if err != nil && !strings.Contains(err.Error(), "INPROG") && !strings.Contains(err.Error(), "NOGOODSLAVE") {
+			t.Fatal(err)
+		}
+		return err == nil
+	})
+	testwait.Eventually(t, 10*time.Second, "setup: the sentinels name "+want.Addr(), func() bool {
+		m, err := s.Master(ctx)
+		if err != nil || m != want {
+			return false
+		}
+		r, err := want.Info(ctx, "replication", "role")
+		return err == nil && r == "master"
+	})
 }
 
 // 3. "An in-place rollback." Node 1 is snapshotted (SAVE: marker, no
