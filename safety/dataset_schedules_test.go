@@ -2,6 +2,7 @@ package safety
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -302,7 +303,7 @@ func TestScheduleFailbackToANeverDemotedMaster(t *testing.T) {
 	}
 	const resource = "failback-never-demoted"
 	cfg := engine.Config{Nodes: []string{node.Target{MasterSet: s.Name, Sentinels: s.SentinelAddrs()}.String()},
-		TTL: 6 * time.Second, HealthInterval: time.Hour}
+		TTL: 6 * time.Second, NodeTimeout: time.Second, HealthInterval: time.Hour} // a node timeout for loaded machines
 	if err := engine.MarkNew(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +358,13 @@ func TestScheduleFailbackToANeverDemotedMaster(t *testing.T) {
 	if left := time.Until(l.Until()); left < time.Second {
 		t.Fatalf("setup: the failovers took so long that the lease has %v left: the test proves little", left)
 	}
-	h.lastTry("idle engine", func() (*engine.Lease, error) { return idle.TryAcquire(ctx, resource) })
+	h.lastTry("idle engine", func() (*engine.Lease, error) {
+		l, err := idle.TryAcquire(ctx, resource)
+		if ae := (*engine.AcquireError)(nil); err != nil && (!errors.As(err, &ae) || !errors.Is(ae.Nodes[0].Err, engine.ErrQuarantined)) {
+			t.Errorf("the idle engine was refused, but not for a quarantine: %v", err)
+		}
+		return l, err
+	})
 	if why := "switched masters since the last probe"; !logged(log, "idle", why) {
 		t.Errorf("the idle engine never quarantined the node for a switch (%q); it logged: %v", why, log.between(time.Time{}, time.Now(), "", "idle"))
 	}
