@@ -253,7 +253,7 @@ func (r *run) loseLease(ctx context.Context, rng *rand.Rand, k int, lose func(sl
 	ttl := clusterTTLs * r.cfg.TTL
 	for len(r.shardEngines) < 2 {
 		e, err := r.startEngine(fmt.Sprintf("shard%d", len(r.shardEngines)),
-			engine.Config{Nodes: r.addrs, TTL: ttl, HealthInterval: workHealth})
+			engine.Config{Nodes: r.addrs, TTL: ttl, KeyPrefix: faultPrefix, HealthInterval: workHealth})
 		if err != nil {
 			return err
 		}
@@ -272,7 +272,7 @@ func (r *run) loseLease(ctx context.Context, rng *rand.Rand, k int, lose func(sl
 	resource := fmt.Sprintf("shard-%d", rng.Uint64())
 	var l *engine.Lease
 	var h *Holding
-	err := lose(hashslot.Of(lockKey(resource)), func() error {
+	err := lose(hashslot.Of(faultKey(resource)), func() error {
 		// Under load, or while a shard actor first probes a new master
 		// (or the engine's view still routes the slot to a master that
 		// is gone), rounds may fail for a while, and the last fault's

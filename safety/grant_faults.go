@@ -90,7 +90,7 @@ func (r *run) quarantinedLeave(ctx context.Context, rng *rand.Rand, k int) error
 	// Made once: an engine that meets a node that evicted keys before
 	// sits it out at first contact.
 	for len(r.leavers) < 3 {
-		e, err := r.faultEngine(fmt.Sprintf("leave%d", len(r.leavers)), r.addrs, 5*r.cfg.TTL)
+		e, err := r.faultEngine(fmt.Sprintf("leave%d", len(r.leavers)), r.addrs, 5*r.cfg.TTL, faultPrefix)
 		if err != nil {
 			return err
 		}
@@ -103,7 +103,7 @@ func (r *run) quarantinedLeave(ctx context.Context, rng *rand.Rand, k int) error
 		return err
 	}
 	resource := fmt.Sprintf("leave-%d", rng.Uint64())
-	key := lockKey(resource)
+	key := faultKey(resource)
 	// L on a bare quorum with node k: foreign keys on the others meanwhile.
 	var foreign []int
 	for _, j := range rng.Perm(nodes) {
@@ -270,8 +270,10 @@ func (r *run) evictSome(ctx context.Context, n *redisproc.Node) error {
 
 // faultEngine is an engine of a fault's own over addrs, whose leases have
 // ttl, longer than the workers': time enough for the fault's schedule.
-func (r *run) faultEngine(name string, addrs []string, ttl time.Duration) (*engine.Engine, error) {
-	return r.startEngine(name, engine.Config{Nodes: addrs, TTL: ttl, UnsafeShortQuarantine: true, HealthInterval: workHealth})
+// prefix is its KeyPrefix: the workers' (DefaultKeyPrefix) for a fault
+// that takes their resources, faultPrefix for one that takes its own.
+func (r *run) faultEngine(name string, addrs []string, ttl time.Duration, prefix string) (*engine.Engine, error) {
+	return r.startEngine(name, engine.Config{Nodes: addrs, TTL: ttl, KeyPrefix: prefix, UnsafeShortQuarantine: true, HealthInterval: workHealth})
 }
 
 // killedAfterRelease runs a process's last lease: an engine of its own,
@@ -305,7 +307,7 @@ func (r *run) killedAfterRelease(ctx context.Context, rng *rand.Rand) error {
 	}
 	// Its lease, held for a moment, has ten TTLs: a key left behind shows.
 	ttl := 10 * r.cfg.TTL
-	e, err := r.faultEngine("dying", addrs, ttl)
+	e, err := r.faultEngine("dying", addrs, ttl, engine.DefaultKeyPrefix)
 	if err != nil {
 		return err
 	}

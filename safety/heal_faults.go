@@ -45,7 +45,7 @@ func (l Lapse) explains(o Overlap) bool {
 func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 	ttl := 5 * r.cfg.TTL
 	for len(r.healers) < 2 {
-		e, err := r.faultEngine(fmt.Sprintf("heal%d", len(r.healers)), r.addrs, ttl)
+		e, err := r.faultEngine(fmt.Sprintf("heal%d", len(r.healers)), r.addrs, ttl, faultPrefix)
 		if err != nil {
 			return err
 		}
@@ -60,9 +60,9 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 	lapse := func(nodes ...int) error { // the key's lapse on nodes
 		var errs []error
 		for _, i := range nodes {
-			n, err := r.serverOf(ctx, i, lockKey(resource))
+			n, err := r.serverOf(ctx, i, faultKey(resource))
 			if err == nil {
-				_, err = n.Do(ctx, "DEL", lockKey(resource))
+				_, err = n.Do(ctx, "DEL", faultKey(resource))
 			}
 			errs = append(errs, err)
 		}
@@ -111,11 +111,11 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 		// The first extension healed node k (the heal goes right after
 		// the round that won): a fault whose heal did not happen is not
 		// this one.
-		n, err := r.serverOf(ctx, k, lockKey(resource))
+		n, err := r.serverOf(ctx, k, faultKey(resource))
 		if err != nil {
 			return err
 		}
-		if v, _, err := n.Get(ctx, lockKey(resource)); err != nil || v != l.Value() {
+		if v, _, err := n.Get(ctx, faultKey(resource)); err != nil || v != l.Value() {
 			return fmt.Errorf("node %d not healed after two extensions: it holds %q (%v)", k+1, v, err)
 		}
 	}

@@ -284,6 +284,17 @@ func (j ClockJump) explains(o Overlap) bool {
 // lockKey is the key the engines of a Run lock resource under.
 func lockKey(resource string) string { return node.LockKey(engine.DefaultKeyPrefix, resource) }
 
+// faultPrefix is the KeyPrefix of the engines of faults that take
+// resources of their own (heal, leave, a shard's lost lease): another
+// deployment on the same nodes, whose longer leases never meet the
+// workers' resources, so that their TTLs, recorded under their own
+// prefix, do not lengthen the workers' quarantines (node's TTL record:
+// deployments that share no resource need not wait for each other).
+const faultPrefix = "redlease-fault:"
+
+// faultKey is a fault's own resource's lock key.
+func faultKey(resource string) string { return node.LockKey(faultPrefix, resource) }
+
 // lockKeysScript answers every lock key of a node with its owner value,
 // flat: key, value, key, value. One script, so the pairs are consistent.
 const lockKeysScript = `#!lua flags=no-writes
