@@ -204,7 +204,7 @@ func (r *run) clockStep(ctx context.Context, k int) error {
 }
 
 // FaultLongerLeases: another deployment's longer leases on the same nodes
-// (issue 43): an engine whose TTL is clusterTTLs of the workers' holds a
+// (issue 43): an engine whose TTL is four of the workers' holds a
 // worker's resource on exactly three nodes (two are dead), one of which
 // restarts empty as the dead two come back empty: bareMajority's
 // schedule, under a lease longer than the workers' MaxTTL. The workers'
@@ -214,7 +214,10 @@ const FaultLongerLeases = "longer leases beside"
 
 // longerLeases injects FaultLongerLeases from node k.
 func (r *run) longerLeases(ctx context.Context, rng *rand.Rand, k int, hold time.Duration) error {
-	ttl := clusterTTLs * r.cfg.TTL
+	// Four: long enough for the restarts and a worker's acquire after
+	// its own quarantine; and its record lengthens every worker's
+	// quarantine for twice as long after.
+	ttl := 4 * r.cfg.TTL
 	long, err := r.startEngine("long", engine.Config{Nodes: r.addrs, TTL: ttl, HealthInterval: workHealth})
 	if err != nil {
 		return err

@@ -279,7 +279,7 @@ func (r *run) faultEngine(name string, addrs []string, ttl time.Duration, prefix
 // killedAfterRelease runs a process's last lease: an engine of its own,
 // through proxies of its own, takes an unfenced resource (one that the
 // workers contend for, so that its release keeps a place for its next
-// caller) with a TTL of ten, releases it, and dies at once: its proxies
+// caller) with a TTL of four, releases it, and dies at once: its proxies
 // cut every connection (its watchers' too) before Close can send
 // anything. A lock key that lives longer than any worker's lease (a TTL)
 // on any node then can only be a grant to that process, which nobody will
@@ -305,8 +305,11 @@ func (r *run) killedAfterRelease(ctx context.Context, rng *rand.Rand) error {
 		}
 		proxies[i], addrs[i] = p, p.Addr()
 	}
-	// Its lease, held for a moment, has ten TTLs: a key left behind shows.
-	ttl := 10 * r.cfg.TTL
+	// Its lease, held for a moment, has four TTLs: a key left behind
+	// shows (a worker's lives one and a half at most). Not more: on the
+	// workers' prefix, its TTL record lengthens their quarantines for
+	// twice as long after.
+	ttl := 4 * r.cfg.TTL
 	e, err := r.faultEngine("dying", addrs, ttl, engine.DefaultKeyPrefix)
 	if err != nil {
 		return err
