@@ -24,7 +24,9 @@ func Example() {
 	defer cancel()
 	lease, err := e.Acquire(ctx, "invoice:42")
 	if errors.Is(err, engine.ErrNotAcquired) {
-		log.Printf("someone else holds it: %v", err) // err lists each node's answer
+		// Held by another owner until ctx ended, or too few nodes could
+		// grant it (down, or quarantined): err names each node's answer.
+		log.Printf("not acquired: %v", err)
 		return
 	}
 	if err != nil {
