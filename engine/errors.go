@@ -140,13 +140,14 @@ func (e *AcquireError) Unwrap() error { return e.Cause }
 //	Cause error         // why the round failed (Unwrap returns it)
 type ExtendError = lease.ExtendError
 
-// ReleaseError is returned by Release when fewer than a quorum of nodes
-// deleted the lease's own key: the lease has ended all the same. Lost: the
-// key was not the lease's on so many nodes (another owner's, or gone:
-// "taken") that no quorum could delete it, so the lease had been lost
-// before its release; the error then matches ErrLeaseLost. Otherwise
-// nodes did not answer, and its key may block other owners there until
-// the TTL passes.
+// ReleaseError is returned by Release when it cannot say that no quorum
+// of nodes holds the lease's key any more; the lease has ended all the
+// same. Lost: the key was not the lease's on so many nodes (another
+// owner's, or gone: "taken") that no quorum could delete it, so the lease
+// had been lost before its release; the error then matches ErrLeaseLost.
+// Otherwise the nodes that did not answer are a quorum, and their keys
+// may keep the resource held until the background release reaches them
+// or they expire. Nodes is each node's answer.
 type ReleaseError struct {
 	Resource string
 	Nodes    []NodeOutcome
@@ -158,7 +159,9 @@ func (e *ReleaseError) Error() string {
 		return fmt.Sprintf("%srelease of %q: %s: the lease's key was not on a quorum of nodes [%s]",
 			errtext.Prefix, e.Resource, errtext.Bare(ErrLeaseLost), lease.FormatOutcomes(e.Nodes))
 	}
-	return fmt.Sprintf("%srelease of %q not confirmed by a quorum: [%s]", errtext.Prefix, e.Resource, lease.FormatOutcomes(e.Nodes))
+	return fmt.Sprintf("%srelease of %q unconfirmed: the nodes that did not answer may hold its key on a quorum, "+
+		"and keep the resource held until the release, retried, reaches them or the key expires [%s]",
+		errtext.Prefix, e.Resource, lease.FormatOutcomes(e.Nodes))
 }
 
 // Is reports whether target is ErrLeaseLost, for a lease found lost.

@@ -109,13 +109,27 @@ func (l *Lease) due() { l.ref.ExpireIfDue(l.state) }
 // lease's value (another owner's key is never touched) and ends the lease
 // with ErrReleased: Done closes at once. It returns as soon as a quorum of
 // nodes deleted its key (a dead node does not hold it up), after at most
-// Config.NodeTimeout, or when ctx ends (the release goes on). It returns
-// nil when a quorum of nodes deleted the lease's own key; a *ReleaseError
-// saying what each node found when not, which matches ErrLeaseLost when
-// the key was not the lease's (another owner's, or gone) on so many nodes
-// that no quorum could delete it: the lease had been lost before its
-// release, and the work it protected may have overlapped another holder's;
-// and the lease's Err when it had already ended.
+// Config.NodeTimeout, or when ctx ends. A node that did not answer in time
+// gets the release again in the background, while the key may live on it.
+//
+// What it returns, and what to do:
+//   - nil: no quorum of nodes can hold the lease's key any more, so the
+//     resource is free for others. Nodes may not have answered (down,
+//     slow): too few to hold it. Nothing to do.
+//   - a *ReleaseError matching ErrLeaseLost: the key was not the lease's
+//     (another owner's, or gone) on so many nodes that no quorum could
+//     delete it: the lease had been lost before its release, and the work
+//     it protected may have overlapped another holder's. This is the
+//     error to act on, before reporting the work as done (fencing tokens
+//     are for this: WithFencing).
+//   - another *ReleaseError: the nodes that did not answer are a quorum,
+//     and may still hold the key: others cannot acquire the resource until
+//     the background release reaches them or the key expires (within the
+//     lease's TTL). The lease's work was safe; there is nothing to retry.
+//   - ctx's error: ctx ended first; the release goes on.
+//   - the lease's Err when it had ended before the call (ErrReleased,
+//     ErrExpired, ErrLeaseLost, with ErrClosed when the engine closed):
+//     nothing was released now; ErrLeaseLost matters as above.
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrNotAcquired
@@ -137,7 +151,7 @@ func (l *Lease) release(ctx context.Context) error {
 		return err
 	case r.Err != nil:
 		return r.Err
-	case r.Deleted < lease.Quorum(len(l.e.cfg.Nodes)):
+	case r.Lost || r.Held:
 		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes), Lost: r.Lost}
 	}
 	return nil

@@ -13,7 +13,9 @@ import (
 // the lease's own key, once so many found it not there (another owner's
 // key, or none) that no quorum can, or once all have answered (all): a
 // dead node does not hold up the holder, and a holder whose lease had lost
-// its keys is told so.
+// its keys is told so. Once all answered, the release is Held if so few
+// nodes said that they no longer hold the key (deleted it, or had none)
+// that the rest, which did not answer, may be a quorum still holding it.
 func (a *leaseActor) answerRelease(all bool) {
 	deleted, notMine := 0, 0
 	for _, v := range a.votes {
@@ -30,7 +32,8 @@ func (a *leaseActor) answerRelease(all bool) {
 	case deleted >= Quorum(n):
 		a.release <- ReleaseResult{Deleted: deleted}
 	case lost, all:
-		a.release <- ReleaseResult{Deleted: deleted, Lost: lost, Votes: slices.Clone(a.votes)}
+		held := !lost && n-deleted-notMine >= Quorum(n)
+		a.release <- ReleaseResult{Deleted: deleted, Lost: lost, Held: held, Votes: slices.Clone(a.votes)}
 	default:
 		return
 	}

@@ -38,10 +38,15 @@ type Result struct {
 // the lease's key (Deleted), or so many found it not there (another's, or
 // none: Taken) that no quorum can (Lost), or once all nodes answered.
 type ReleaseResult struct {
-	Err     error       // set when the lease had already ended: its Err
-	Deleted int         // nodes that deleted the lease's own key
-	Lost    bool        // the key was not the lease's on so many nodes that no quorum could delete it
-	Votes   []node.Vote // by node, when fewer than a quorum deleted; a zero Outcome means no answer
+	Err     error // set when the lease had already ended: its Err
+	Deleted int   // nodes that deleted the lease's own key
+	Lost    bool  // the key was not the lease's on so many nodes that no quorum could delete it
+	// Held: not Lost, and the nodes that did not answer are a quorum, which
+	// may still hold the key until it expires (the release goes on to them
+	// in the background meanwhile). Neither Lost nor Held: no quorum can
+	// hold the key any more.
+	Held  bool
+	Votes []node.Vote // by node, when fewer than a quorum deleted; a zero Outcome means no answer
 }
 
 // ExtendResult answers an Extend.

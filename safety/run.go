@@ -833,7 +833,8 @@ func (r *run) remember(resource, value string) {
 }
 
 // resumeStale takes up, with Resume, a lease released a moment ago. Its
-// keys are gone from a quorum (Release returned nil), so Resume must
+// keys are gone from so many nodes that no quorum holds them (Release
+// returned nil), so Resume must
 // refuse it, unless nodes answer from a dataset that lost the release (a
 // reload, a snapshot, a stale replica) and its check counts them: one
 // that succeeds is the bug (Report.StaleResumes), recorded as a holding
