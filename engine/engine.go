@@ -435,8 +435,6 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	switch {
 	case err != nil:
 		return nil, lease.Result{}, err
-	case resume == "" && o.token != 0:
-		return nil, lease.Result{}, errTokenAtAcquire
 	case resume != "" && o.meta != "":
 		return nil, lease.Result{}, errMetaAtResume
 	case resume != "" && len(resume) > maxValueLen:

@@ -21,6 +21,9 @@ var (
 	// ErrLeaseLost: the lease ended before its deadline without a release
 	// by its holder.
 	ErrLeaseLost = lease.ErrLeaseLost
+	// ErrDetached: the lease was let go without a release (Lease.Detach),
+	// for another engine to take up (Resume).
+	ErrDetached = lease.ErrDetached
 	// ErrMaxHold: Lease.Extend was called after the lease's maximum hold
 	// (Config.MaxHold, or WithAutoExtend's maxHold) had passed. The lease
 	// was not extended; it is still held until Until and then expires

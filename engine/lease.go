@@ -66,8 +66,8 @@ func (l *Lease) Until() time.Time {
 	return l.state.Until()
 }
 
-// Done is closed when the lease ends, for any reason: released, lost, the
-// engine closed, or at its deadline. A lease that reaches its deadline
+// Done is closed when the lease ends, for any reason: released, detached,
+// lost, the engine closed, or at its deadline. A lease that reaches its deadline
 // ends a small margin before Until (a fiftieth of its TTL, at least 2ms
 // and at most 100ms; lease.EndMargin), so that Done closes before Until
 // even when the timer fires late on a loaded machine; Until remains the
@@ -89,7 +89,7 @@ func (l *Lease) Done() <-chan struct{} {
 }
 
 // Err is nil while the lease is held; after Done closed it says why it
-// ended: ErrReleased, ErrExpired or ErrLeaseLost (and ErrClosed with
+// ended: ErrReleased, ErrExpired, ErrLeaseLost or ErrDetached (and ErrClosed with
 // ErrReleased when the engine closed). It reads the monotonic clock: it
 // is not nil once the lease's end (see Done) has come, whether or not
 // the deadline's timer has run.
@@ -220,8 +220,8 @@ func (l *Lease) Extend(ctx context.Context, opts ...ExtendOption) error {
 }
 
 // Events returns the lease's event channel: Acquired first, then Extended
-// and ExtendFailed, then exactly one terminal event (Lost, Released or
-// Expired), after which the lease actor closes it. Delivery never blocks
+// and ExtendFailed, then exactly one terminal event (Lost, Released,
+// Expired or Detached), after which the lease actor closes it. Delivery never blocks
 // the lease: when the buffer (Config.EventBuffer) is full, non-terminal
 // events are dropped and counted in Stats().EventsDropped, but the terminal
 // event always arrives. Done and Err are the source of truth.

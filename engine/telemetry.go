@@ -24,7 +24,7 @@ const instrumentationName = "github.com/redlease/redlease"
 var (
 	acquireModes    = [...]string{modeAcquire: "acquire", modeTry: "try"}
 	acquireOutcomes = [...]string{outcomeAcquired: "acquired", outcomeNotAcquired: "not_acquired", outcomeCanceled: "canceled", outcomeError: "error"}
-	leaseEnds       = [...]string{endReleased: "released", endLost: "lost", endExpired: "expired", endClosed: "closed"}
+	leaseEnds       = [...]string{endReleased: "released", endLost: "lost", endExpired: "expired", endClosed: "closed", endDetached: "detached"}
 	extendOutcomes  = [...]string{extendOK: "extended", extendFailed: "failed"}
 )
 
@@ -45,6 +45,7 @@ const (
 	endLost
 	endExpired
 	endClosed
+	endDetached
 )
 
 const (
@@ -346,6 +347,8 @@ func (t *telemetry) ended(held time.Duration, err error) {
 		end = endReleased
 	case errors.Is(err, ErrExpired):
 		end = endExpired
+	case errors.Is(err, ErrDetached):
+		end = endDetached
 	}
 	t.leaseActive.Add(context.Background(), -1)
 	t.leaseDuration.Record(context.Background(), held.Seconds(), t.endAttrs[end]...)

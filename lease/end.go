@@ -103,6 +103,18 @@ func (a *leaseActor) prepare(cmd func(node.Request) node.Command) node.Command {
 	return a.newRound(cmd, a.now())
 }
 
+// onDetach ends a held lease by Detach, leaving its keys on the nodes:
+// nothing is sent.
+func (a *leaseActor) onDetach(m *Detach) {
+	if err := a.finish(ErrDetached); !errors.Is(err, ErrDetached) { // its deadline timer was first
+		a.wrapUp(ended, err)
+		m.Reply <- DetachResult{Err: err}
+		return
+	}
+	a.wrapUp(ended, ErrDetached)
+	m.Reply <- DetachResult{TTL: a.cfg.TTL}
+}
+
 // closeHeld ends a held lease because the engine closes.
 func (a *leaseActor) closeHeld(err error) {
 	err = a.finish(err) // before its release: see finish
@@ -176,6 +188,8 @@ func terminalKind(err error) EventKind {
 		return Released
 	case errors.Is(err, ErrExpired):
 		return Expired
+	case errors.Is(err, ErrDetached):
+		return Detached
 	}
 	return Lost
 }

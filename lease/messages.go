@@ -14,6 +14,9 @@ var (
 	ErrReleased  = errors.New("redlease: lease released")
 	ErrExpired   = errors.New("redlease: lease expired")
 	ErrLeaseLost = errors.New("redlease: lease lost")
+	// ErrDetached ends a lease its holder let go without releasing it
+	// (Detach): its keys stay on the nodes, for another holder to take up.
+	ErrDetached = errors.New("redlease: lease detached: its keys stay on the nodes for another holder to take up")
 	// ErrMaxHold answers an Extend after MaxHold: the lease is not
 	// extended, but still held until its deadline, where it expires.
 	ErrMaxHold = errors.New("redlease: maximum hold reached: the lease is no longer extended and expires at its deadline")
@@ -49,6 +52,12 @@ type ReleaseResult struct {
 	Votes []node.Vote // by node, when fewer than a quorum deleted; a zero Outcome means no answer
 }
 
+// DetachResult answers a Detach.
+type DetachResult struct {
+	Err error         // nil: detached; otherwise the lease had ended: its Err
+	TTL time.Duration // the lease's TTL, as its last extension set it
+}
+
 // ExtendResult answers an Extend.
 type ExtendResult struct {
 	Err error // nil: extended; the lease's Err if it had ended or got lost
@@ -64,6 +73,17 @@ type Release struct {
 	actors.Late
 	State *State
 	Reply chan<- ReleaseResult
+}
+
+// Detach asks the actor to end the held lease with ErrDetached, without
+// releasing it: its keys stay on the nodes until they expire or another
+// holder, who took the lease up, releases them. No extension follows; an
+// extension round out goes on, and only lengthens the keys. Reply
+// (buffered 1) receives the answer.
+type Detach struct {
+	actors.Late
+	State *State
+	Reply chan<- DetachResult
 }
 
 // Extend asks the actor for an extension round now (or to join the one in

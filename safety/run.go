@@ -850,7 +850,7 @@ func (r *run) resumeStale(ctx context.Context, e *engine.Engine, name string, rn
 	if n == 0 {
 		return
 	}
-	l, err := e.Resume(ctx, s.resource, s.value)
+	l, err := e.Resume(ctx, engine.Handle{Resource: s.resource, Value: s.value})
 	if err != nil {
 		return
 	}
