@@ -78,10 +78,10 @@ type Outcome = node.Outcome
 // The outcomes of a node in a round.
 const (
 	Granted = node.Granted // did what was asked
-	Taken   = node.Taken   // another owner holds the key (release: not ours)
+	Taken   = node.Taken   // another owner holds the key
 	Timeout = node.Timeout // no answer within Config.NodeTimeout
 	Failed  = node.Failed  // an error or no connection
-	Absent  = node.Absent  // extension: no owner holds the key (lost, or expired)
+	Absent  = node.Absent  // extension, release, check: no owner holds the key (lost, released, or expired)
 )
 
 // NodeOutcome is what one node answered in a round. Its fields:
@@ -146,7 +146,7 @@ type ExtendError = lease.ExtendError
 // ReleaseError is returned by Release when it cannot say that no quorum
 // of nodes holds the lease's key any more; the lease has ended all the
 // same. Lost: the key was not the lease's on so many nodes (another
-// owner's, or gone: "taken") that no quorum could delete it, so the lease
+// owner's, "taken", or gone, "absent") that no quorum could delete it, so the lease
 // had been lost before its release; the error then matches ErrLeaseLost.
 // Otherwise the nodes that did not answer are a quorum, and their keys
 // may keep the resource held until the background release reaches them

@@ -63,7 +63,7 @@ func TestReleaseFailsOnlyWhileAQuorumMayHoldIt(t *testing.T) {
 				t.Fatalf("Release = %v, want a *ReleaseError, not matching ErrLeaseLost", err)
 			}
 			for i, n := range re.Nodes {
-				if slices.Contains(tc.stopped, i) == (n.Outcome == Granted || n.Outcome == Taken) {
+				if slices.Contains(tc.stopped, i) == (n.Outcome == Granted || n.Outcome == Absent) {
 					t.Errorf("node %d: %v (stopped: %t)", i, n, slices.Contains(tc.stopped, i))
 				}
 			}

@@ -32,8 +32,8 @@ type Check struct {
 	// holds a quorum; "" when none does, or it has no meta.
 	Meta string
 	// Nodes are the answers, in Config.Nodes order: Granted, the node
-	// holds the lease's key (TTL: what it has left); Taken, it does not
-	// (another owner's key, whose TTL and HeldBy it gives, or none);
+	// holds the lease's key (TTL: what it has left); Taken, another
+	// owner's key is there (its TTL and HeldBy given); Absent, no key;
 	// Timeout or Failed. A node that may have lost keys answers Failed
 	// with ErrQuarantined, as it does an acquire: its word does not count.
 	Nodes []NodeOutcome

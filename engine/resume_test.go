@@ -139,7 +139,7 @@ func checkNodes(t *testing.T, mask []int, nodes []NodeOutcome, mine, foreign, no
 		case foreign:
 			ok = n.Outcome == Taken && n.HeldBy == "web-2" && n.TTL > 0
 		case none:
-			ok = n.Outcome == Taken && n.HeldBy == "" && n.TTL == 0
+			ok = n.Outcome == Absent && n.HeldBy == "" && n.TTL == 0
 		case broken:
 			ok = n.Outcome == Failed && n.Err != nil
 		}

@@ -22,7 +22,7 @@ func (a *leaseActor) answerRelease(all bool) {
 		switch v.Outcome {
 		case node.Granted:
 			deleted++
-		case node.Taken:
+		case node.Taken, node.Absent:
 			notMine++
 		}
 	}

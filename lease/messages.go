@@ -38,8 +38,9 @@ type Result struct {
 }
 
 // ReleaseResult answers a Release: as soon as a quorum of nodes deleted
-// the lease's key (Deleted), or so many found it not there (another's, or
-// none: Taken) that no quorum can (Lost), or once all nodes answered.
+// the lease's key (Deleted), or so many found it not there (another's,
+// Taken, or none, Absent) that no quorum can (Lost), or once all nodes
+// answered.
 type ReleaseResult struct {
 	Err     error // set when the lease had already ended: its Err
 	Deleted int   // nodes that deleted the lease's own key
