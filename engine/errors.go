@@ -170,8 +170,8 @@ func (e *ReleaseError) Error() string {
 // Is reports whether target is ErrLeaseLost, for a lease found lost.
 func (e *ReleaseError) Is(target error) bool { return e.Lost && target == ErrLeaseLost }
 
-// nodeOutcomes names the votes of a round; a node that did not answer in
-// time is a Timeout.
-func (e *Engine) nodeOutcomes(votes []node.Vote) []NodeOutcome {
-	return lease.Outcomes(votes, e.cfg.Nodes)
+// nodeOutcomes names the votes of a round that failed with cause (nil:
+// it did not); a node that did not answer is a Timeout (lease.Outcomes).
+func (e *Engine) nodeOutcomes(votes []node.Vote, cause error) []NodeOutcome {
+	return lease.Outcomes(votes, e.cfg.Nodes, cause)
 }

@@ -152,7 +152,7 @@ func (l *Lease) release(ctx context.Context) error {
 	case r.Err != nil:
 		return r.Err
 	case r.Lost || r.Held:
-		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes), Lost: r.Lost}
+		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes, nil), Lost: r.Lost}
 	}
 	return nil
 }

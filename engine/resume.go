@@ -63,7 +63,7 @@ func (l *Lease) Check(ctx context.Context) (Check, error) {
 		return Check{}, err
 	}
 	c := Check{Holding: r.Holding, Quorum: r.Quorum(), TTL: r.TTL, Until: r.Until, Meta: lease.HeldBy(r.Votes),
-		Nodes: l.e.nodeOutcomes(r.Votes)}
+		Nodes: l.e.nodeOutcomes(r.Votes, nil)}
 	if c.Quorum {
 		c.Meta = MetaOf(l.value)
 	}

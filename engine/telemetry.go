@@ -308,7 +308,7 @@ func nodeEvents(span trace.Span, nodes []NodeOutcome) {
 // answered names the votes that are in, by node: a round is won at
 // quorum, and the rest had not answered yet.
 func answered(votes []node.Vote, addrs []string) []NodeOutcome {
-	out := lease.Outcomes(votes, addrs)
+	out := lease.Outcomes(votes, addrs, nil)
 	kept := out[:0]
 	for i, n := range out {
 		if i < len(votes) && votes[i].Outcome != 0 {

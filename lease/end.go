@@ -213,5 +213,5 @@ func (a *leaseActor) startLinger() {
 
 // explain is the error of a failed extension round, naming each node.
 func (a *leaseActor) explain(cause error) error {
-	return &ExtendError{Nodes: Outcomes(a.votes, a.cfg.Addrs), Cause: cause}
+	return &ExtendError{Nodes: Outcomes(a.votes, a.cfg.Addrs, cause), Cause: cause}
 }
