@@ -8,8 +8,8 @@ import (
 // EventKind says what happened to a lease.
 type EventKind int
 
-// The kinds of lease events. Lost, Released, Expired and Detached are terminal: each
-// lease emits exactly one of them, last.
+// The kinds of lease events. Lost, Released, Expired and Detached are
+// terminal: each lease emits exactly one of them, last.
 const (
 	Acquired     EventKind = iota + 1 // the lease is held
 	Extended                          // an extension moved Until forward
