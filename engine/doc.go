@@ -39,8 +39,9 @@
 // WithMeta stores who holds a lease (a host, a leader's address) in its
 // owner value, which refusals name (AcquireError.HeldBy); Lease.Check
 // reads on every node, without extending, whether a quorum still holds a
-// lease and for how long; Resume takes up, by its value, a lease that
-// another process acquired (lock in one request, release in another).
+// lease and for how long; Detach lets a lease go without a release, and
+// Resume takes it up, by its Handle, in another process (lock in one
+// request, release in another).
 //
 // Metrics and spans go to OpenTelemetry (Config.MeterProvider and
 // TracerProvider, the global providers by default; telemetry.go lists the

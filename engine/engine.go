@@ -435,8 +435,6 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	switch {
 	case err != nil:
 		return nil, lease.Result{}, err
-	case resume == "" && o.token != 0:
-		return nil, lease.Result{}, errTokenAtAcquire
 	case resume != "" && o.meta != "":
 		return nil, lease.Result{}, errMetaAtResume
 	case resume != "" && len(resume) > maxValueLen:
@@ -449,7 +447,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 		return nil, lease.Result{}, fmt.Errorf("redlease: resource is %d bytes long, at most %d", len(resource), MaxResourceLen)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil), resumed: resume != ""}
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: contextError(ctx), Nodes: e.nodeOutcomes(nil, nil), resumed: resume != ""}
 	}
 	value := resume
 	if value == "" {
@@ -479,7 +477,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	if err := t.await(ctx, e.closing); errors.Is(err, ErrClosed) {
 		return nil, lease.Result{}, err
 	} else if err != nil {
-		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil), resumed: resume != ""}
+		return nil, lease.Result{}, &AcquireError{Resource: resource, Cause: err, Nodes: e.nodeOutcomes(nil, nil), resumed: resume != ""}
 	}
 	if t.refused || t.crashed {
 		cause := errHeldHere
@@ -508,7 +506,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 			if errors.Is(err, ErrClosed) {
 				return nil, lease.Result{}, err
 			}
-			return nil, lease.Result{}, &AcquireError{Resource: resource, Attempts: 1, Nodes: e.nodeOutcomes(r.Votes), Cause: err,
+			return nil, lease.Result{}, &AcquireError{Resource: resource, Attempts: 1, Nodes: e.nodeOutcomes(r.Votes, err), Cause: err,
 				HeldBy: lease.HeldBy(r.Votes), resumed: true}
 		}
 		cfg.Resumed = &lease.Resumed{Start: r.Start, Until: r.Until, Token: o.token}
@@ -556,7 +554,7 @@ func (e *Engine) acquireLease(ctx context.Context, resource string, attempts int
 	}
 	acquireReplies.put(reply)
 	if r.Err != nil {
-		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes), Cause: r.Err,
+		return nil, r, &AcquireError{Resource: resource, Attempts: r.Attempts, Nodes: e.nodeOutcomes(r.Votes, r.Err), Cause: r.Err,
 			HeldBy: lease.HeldBy(r.Votes), resumed: resume != ""}
 	}
 	t.held.Store(true)

@@ -21,6 +21,9 @@ var (
 	// ErrLeaseLost: the lease ended before its deadline without a release
 	// by its holder.
 	ErrLeaseLost = lease.ErrLeaseLost
+	// ErrDetached: the lease was let go without a release (Lease.Detach),
+	// for another engine to take up (Resume).
+	ErrDetached = lease.ErrDetached
 	// ErrMaxHold: Lease.Extend was called after the lease's maximum hold
 	// (Config.MaxHold, or WithAutoExtend's maxHold) had passed. The lease
 	// was not extended; it is still held until Until and then expires
@@ -75,10 +78,10 @@ type Outcome = node.Outcome
 // The outcomes of a node in a round.
 const (
 	Granted = node.Granted // did what was asked
-	Taken   = node.Taken   // another owner holds the key (release: not ours)
+	Taken   = node.Taken   // another owner holds the key
 	Timeout = node.Timeout // no answer within Config.NodeTimeout
 	Failed  = node.Failed  // an error or no connection
-	Absent  = node.Absent  // extension: no owner holds the key (lost, or expired)
+	Absent  = node.Absent  // extension, release, check: no owner holds the key (lost, released, or expired)
 )
 
 // NodeOutcome is what one node answered in a round. Its fields:
@@ -140,13 +143,14 @@ func (e *AcquireError) Unwrap() error { return e.Cause }
 //	Cause error         // why the round failed (Unwrap returns it)
 type ExtendError = lease.ExtendError
 
-// ReleaseError is returned by Release when fewer than a quorum of nodes
-// deleted the lease's own key: the lease has ended all the same. Lost: the
-// key was not the lease's on so many nodes (another owner's, or gone:
-// "taken") that no quorum could delete it, so the lease had been lost
-// before its release; the error then matches ErrLeaseLost. Otherwise
-// nodes did not answer, and its key may block other owners there until
-// the TTL passes.
+// ReleaseError is returned by Release when it cannot say that no quorum
+// of nodes holds the lease's key any more; the lease has ended all the
+// same. Lost: the key was not the lease's on so many nodes (another
+// owner's, "taken", or gone, "absent") that no quorum could delete it, so the lease
+// had been lost before its release; the error then matches ErrLeaseLost.
+// Otherwise the nodes that did not answer are a quorum, and their keys
+// may keep the resource held until the background release reaches them
+// or they expire. Nodes is each node's answer.
 type ReleaseError struct {
 	Resource string
 	Nodes    []NodeOutcome
@@ -158,14 +162,16 @@ func (e *ReleaseError) Error() string {
 		return fmt.Sprintf("%srelease of %q: %s: the lease's key was not on a quorum of nodes [%s]",
 			errtext.Prefix, e.Resource, errtext.Bare(ErrLeaseLost), lease.FormatOutcomes(e.Nodes))
 	}
-	return fmt.Sprintf("%srelease of %q not confirmed by a quorum: [%s]", errtext.Prefix, e.Resource, lease.FormatOutcomes(e.Nodes))
+	return fmt.Sprintf("%srelease of %q unconfirmed: the nodes that did not answer may hold its key on a quorum, "+
+		"and keep the resource held until the release, retried, reaches them or the key expires [%s]",
+		errtext.Prefix, e.Resource, lease.FormatOutcomes(e.Nodes))
 }
 
 // Is reports whether target is ErrLeaseLost, for a lease found lost.
 func (e *ReleaseError) Is(target error) bool { return e.Lost && target == ErrLeaseLost }
 
-// nodeOutcomes names the votes of a round; a node that did not answer in
-// time is a Timeout.
-func (e *Engine) nodeOutcomes(votes []node.Vote) []NodeOutcome {
-	return lease.Outcomes(votes, e.cfg.Nodes)
+// nodeOutcomes names the votes of a round that failed with cause (nil:
+// it did not); a node that did not answer is a Timeout (lease.Outcomes).
+func (e *Engine) nodeOutcomes(votes []node.Vote, cause error) []NodeOutcome {
+	return lease.Outcomes(votes, e.cfg.Nodes, cause)
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // EventKind says what happened to a lease: Acquired, Extended,
-// ExtendFailed, Lost, Released or Expired; or to an Acquire that waits for
-// one: Waiting, Woken.
+// ExtendFailed, Lost, Released, Expired or Detached; or to an Acquire
+// that waits for one: Waiting, Woken.
 type EventKind = lease.EventKind
 
 // Event is one step in a lease's life, or, for the node kinds, a change
@@ -28,8 +28,8 @@ type EventKind = lease.EventKind
 //	Shard    string    // for the node kinds on a Redis Cluster node: the master of the shard that changed
 type Event = lease.Event
 
-// The kinds of events. Lost, Released and Expired are terminal: a lease
-// emits exactly one of them, last.
+// The kinds of events. Lost, Released, Expired and Detached are
+// terminal: a lease emits exactly one of them, last.
 const (
 	Acquired     = lease.Acquired
 	Extended     = lease.Extended
@@ -37,6 +37,7 @@ const (
 	Lost         = lease.Lost
 	Released     = lease.Released
 	Expired      = lease.Expired
+	Detached     = lease.Detached // Lease.Detach: let go without a release
 	// Waiting and Woken are about an Acquire, not a lease: they go to
 	// the engine's subscriptions only (Subscribe), never on a lease's
 	// channel. Waiting: the call waits, behind a local caller or for

@@ -24,7 +24,9 @@ func Example() {
 	defer cancel()
 	lease, err := e.Acquire(ctx, "invoice:42")
 	if errors.Is(err, engine.ErrNotAcquired) {
-		log.Printf("someone else holds it: %v", err) // err lists each node's answer
+		// Held by another owner until ctx ended, or too few nodes could
+		// grant it (down, or quarantined): err names each node's answer.
+		log.Printf("not acquired: %v", err)
 		return
 	}
 	if err != nil {
@@ -119,13 +121,13 @@ func ExampleLease_Check() {
 	log.Printf("a quorum's keys live %v more", c.TTL)
 }
 
-// Lock in one request, release in another: the second process takes the
-// lease up by its value (and its token, if fenced).
+// Lock in one request, release in another: the first process lets the
+// lease go with Detach, which leaves its keys, and hands its Handle on;
+// the second takes the lease up by it.
 func ExampleEngine_Resume() {
 	var e *engine.Engine // from engine.New
-	var value string     // Lease.Value, from the process that acquired
-	var token uint64     // Lease.Token, likewise (WithFencing)
-	lease, err := e.Resume(context.Background(), "invoice:42", value, engine.WithToken(token))
+	var h engine.Handle  // from Lease.Detach, in the process that acquired
+	lease, err := e.Resume(context.Background(), h)
 	if errors.Is(err, engine.ErrLeaseLost) {
 		log.Print("the lease is gone: expired, released or taken over")
 		return

@@ -66,8 +66,8 @@ func (l *Lease) Until() time.Time {
 	return l.state.Until()
 }
 
-// Done is closed when the lease ends, for any reason: released, lost, the
-// engine closed, or at its deadline. A lease that reaches its deadline
+// Done is closed when the lease ends, for any reason: released, detached,
+// lost, the engine closed, or at its deadline. A lease that reaches its deadline
 // ends a small margin before Until (a fiftieth of its TTL, at least 2ms
 // and at most 100ms; lease.EndMargin), so that Done closes before Until
 // even when the timer fires late on a loaded machine; Until remains the
@@ -89,7 +89,7 @@ func (l *Lease) Done() <-chan struct{} {
 }
 
 // Err is nil while the lease is held; after Done closed it says why it
-// ended: ErrReleased, ErrExpired or ErrLeaseLost (and ErrClosed with
+// ended: ErrReleased, ErrExpired, ErrLeaseLost or ErrDetached (and ErrClosed with
 // ErrReleased when the engine closed). It reads the monotonic clock: it
 // is not nil once the lease's end (see Done) has come, whether or not
 // the deadline's timer has run.
@@ -109,13 +109,27 @@ func (l *Lease) due() { l.ref.ExpireIfDue(l.state) }
 // lease's value (another owner's key is never touched) and ends the lease
 // with ErrReleased: Done closes at once. It returns as soon as a quorum of
 // nodes deleted its key (a dead node does not hold it up), after at most
-// Config.NodeTimeout, or when ctx ends (the release goes on). It returns
-// nil when a quorum of nodes deleted the lease's own key; a *ReleaseError
-// saying what each node found when not, which matches ErrLeaseLost when
-// the key was not the lease's (another owner's, or gone) on so many nodes
-// that no quorum could delete it: the lease had been lost before its
-// release, and the work it protected may have overlapped another holder's;
-// and the lease's Err when it had already ended.
+// Config.NodeTimeout, or when ctx ends. A node that did not answer in time
+// gets the release again in the background, while the key may live on it.
+//
+// What it returns, and what to do:
+//   - nil: no quorum of nodes can hold the lease's key any more, so the
+//     resource is free for others. Nodes may not have answered (down,
+//     slow): too few to hold it. Nothing to do.
+//   - a *ReleaseError matching ErrLeaseLost: the key was not the lease's
+//     (another owner's, or gone) on so many nodes that no quorum could
+//     delete it: the lease had been lost before its release, and the work
+//     it protected may have overlapped another holder's. This is the
+//     error to act on, before reporting the work as done (fencing tokens
+//     are for this: WithFencing).
+//   - another *ReleaseError: the nodes that did not answer are a quorum,
+//     and may still hold the key: others cannot acquire the resource until
+//     the background release reaches them or the key expires (within the
+//     lease's TTL). The lease's work was safe; there is nothing to retry.
+//   - ctx's error: ctx ended first; the release goes on.
+//   - the lease's Err when it had ended before the call (ErrReleased,
+//     ErrExpired, ErrLeaseLost, with ErrClosed when the engine closed):
+//     nothing was released now; ErrLeaseLost matters as above.
 func (l *Lease) Release(ctx context.Context) error {
 	if l == nil {
 		return ErrNotAcquired
@@ -137,8 +151,8 @@ func (l *Lease) release(ctx context.Context) error {
 		return err
 	case r.Err != nil:
 		return r.Err
-	case r.Deleted < lease.Quorum(len(l.e.cfg.Nodes)):
-		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes), Lost: r.Lost}
+	case r.Lost || r.Held:
+		return &ReleaseError{Resource: l.resource, Nodes: l.e.nodeOutcomes(r.Votes, nil), Lost: r.Lost}
 	}
 	return nil
 }
@@ -206,8 +220,8 @@ func (l *Lease) Extend(ctx context.Context, opts ...ExtendOption) error {
 }
 
 // Events returns the lease's event channel: Acquired first, then Extended
-// and ExtendFailed, then exactly one terminal event (Lost, Released or
-// Expired), after which the lease actor closes it. Delivery never blocks
+// and ExtendFailed, then exactly one terminal event (Lost, Released,
+// Expired or Detached), after which the lease actor closes it. Delivery never blocks
 // the lease: when the buffer (Config.EventBuffer) is full, non-terminal
 // events are dropped and counted in Stats().EventsDropped, but the terminal
 // event always arrives. Done and Err are the source of truth.

@@ -473,7 +473,7 @@ func TestSubscribeAfterAcquireSeesNoAcquired(t *testing.T) {
 
 func TestEventKindString(t *testing.T) {
 	want := map[EventKind]string{Acquired: "Acquired", Extended: "Extended", ExtendFailed: "ExtendFailed",
-		Lost: "Lost", Released: "Released", Expired: "Expired", 0: "EventKind(0)", 42: "EventKind(42)"}
+		Lost: "Lost", Released: "Released", Expired: "Expired", Detached: "Detached", 0: "EventKind(0)", 42: "EventKind(42)"}
 	for k, s := range want {
 		if k.String() != s {
 			t.Errorf("%d.String() = %q, want %q", int(k), k.String(), s)

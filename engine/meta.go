@@ -79,6 +79,4 @@ const maxValueLen = 27 + len(MetaSep) + MaxMetaLen
 var (
 	// errMetaAtResume: WithMeta given to Resume, whose meta is in its value.
 	errMetaAtResume = errors.New("redlease: WithMeta is for Acquire and TryAcquire: a resumed lease's meta is the one its value carries")
-	// errTokenAtAcquire: WithToken given to Acquire or TryAcquire.
-	errTokenAtAcquire = errors.New("redlease: WithToken is for Resume: an acquired lease's token comes from its nodes (WithFencing)")
 )

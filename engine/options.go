@@ -19,7 +19,7 @@ type Option struct {
 	max        time.Duration // WithRetryDelay's max
 	newBackOff func() backoff.BackOff
 	meta       string // WithMeta's
-	token      uint64 // WithToken's
+	token      uint64 // Resume's: Handle.Token
 }
 
 type optionKind uint8
@@ -70,7 +70,7 @@ type options struct {
 	maxHold    time.Duration // resolved: WithAutoExtend's, else Config.MaxHold, else DefaultMaxHoldTTLs·ttl
 	fencing    bool
 	meta       string // WithMeta's
-	token      uint64 // WithToken's
+	token      uint64 // Resume's: Handle.Token
 	attempts   int    // WithRetryAttempts' (0: Config.RetryAttempts)
 	err        error  // a bad option's, when apply can tell
 }

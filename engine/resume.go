@@ -32,8 +32,8 @@ type Check struct {
 	// holds a quorum; "" when none does, or it has no meta.
 	Meta string
 	// Nodes are the answers, in Config.Nodes order: Granted, the node
-	// holds the lease's key (TTL: what it has left); Taken, it does not
-	// (another owner's key, whose TTL and HeldBy it gives, or none);
+	// holds the lease's key (TTL: what it has left); Taken, another
+	// owner's key is there (its TTL and HeldBy given); Absent, no key;
 	// Timeout or Failed. A node that may have lost keys answers Failed
 	// with ErrQuarantined, as it does an acquire: its word does not count.
 	Nodes []NodeOutcome
@@ -63,7 +63,7 @@ func (l *Lease) Check(ctx context.Context) (Check, error) {
 		return Check{}, err
 	}
 	c := Check{Holding: r.Holding, Quorum: r.Quorum(), TTL: r.TTL, Until: r.Until, Meta: lease.HeldBy(r.Votes),
-		Nodes: l.e.nodeOutcomes(r.Votes)}
+		Nodes: l.e.nodeOutcomes(r.Votes, nil)}
 	if c.Quorum {
 		c.Meta = MetaOf(l.value)
 	}
@@ -85,66 +85,106 @@ func (e *Engine) read(ctx context.Context, resource, value string) (lease.Readin
 	return lease.Reading{}, contextError(ctx)
 }
 
-// Resume takes up a lease that another process acquired, or this one
-// before a restart: lock in one request, release in another (go-redsync's
-// WithValue). value is the lease's Lease.Value, its meta included. Resume
-// reads the nodes (a check round, as Lease.Check) and, when a quorum of
-// them holds resource's key with value, returns the lease as held,
-// without writing anything: it can Extend, Release and, WithAutoExtend,
-// keep itself alive as any lease, and Release is as safe as ever (it
-// deletes only keys that hold value). Its validity comes from what the
-// nodes answered, by the acquire's rule and conservatively: the check's
-// start plus the least TTL left among the quorum of holding nodes whose
-// keys live longest, less the drift (that TTL·DriftFactor + 2ms), so the
-// time the check took counts against it (Check.Until). Its maximum hold
-// (MaxHold) counts from the Resume.
+// Handle is what it takes to take a lease up with Resume, in another
+// engine of this process or another: Lease.Detach gives it. Its fields
+// are exported, with JSON names, so that it crosses processes in any
+// encoding; a process that keeps its leases' handles to resume them after
+// a restart makes one of Lease.Resource, Value and Token, and the TTL it
+// acquired with. Value is the lease's secret: whoever has it can release
+// the lease.
+type Handle struct {
+	Resource string `json:"resource"`
+	// Value is the lease's owner value (Lease.Value), its meta included.
+	Value string `json:"value"`
+	// Token is the lease's fencing token (Lease.Token): 0 without
+	// fencing. The nodes cannot confirm it: Resume takes it on trust.
+	Token uint64 `json:"token,omitempty"`
+	// TTL is the lease's TTL, which the extensions of the lease taken up
+	// set (0: that engine's Config.TTL).
+	TTL time.Duration `json:"ttl,omitempty"`
+}
+
+// Detach lets the lease go without releasing it, for another engine (in
+// another process, say) to take up with Resume, and returns the Handle
+// that takes. The lease ends here with ErrDetached: Done closes, a
+// Detached event ends its events, this engine extends it no more, and
+// Close no longer releases it; its keys stay on the nodes, and keep the
+// resource held until they expire (a TTL after its last extension, past
+// Until) or the lease taken up is released. Whoever takes it up must
+// Resume it before then. The holder here must stop its work first, as
+// for a Release: the lease may be in other hands at once.
+//
+// A lease that had ended answers with its Err (and the zero Handle): its
+// keys may be gone, or another owner's. A nil *Lease answers
+// ErrNotAcquired.
+//
+//	h, err := lease.Detach() // in the process that hands it over
+//	b, _ := json.Marshal(h)  // ... to the one that goes on with it:
+//	lease, err := e.Resume(ctx, h)
+func (l *Lease) Detach() (Handle, error) {
+	if l == nil {
+		return Handle{}, ErrNotAcquired
+	}
+	reply := make(chan lease.DetachResult, 1)
+	r, err := ask(context.Background(), l, &lease.Detach{State: l.state, Reply: reply}, reply)
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return Handle{}, err
+	}
+	return Handle{Resource: l.resource, Value: l.value, Token: l.state.Token(), TTL: r.TTL}, nil
+}
+
+// Resume takes up a lease that another engine holds or let go (Detach),
+// in another process or in this one before a restart: lock in one
+// request, release in another (go-redsync's WithValue), by its Handle.
+// It reads the nodes (a check round, as Lease.Check) and, when a quorum
+// of them holds the key of h.Resource with h.Value, returns the lease as
+// held, without writing anything: it can Extend, Release and,
+// WithAutoExtend, keep itself alive as any lease, and Release is as safe
+// as ever (it deletes only keys that hold the value). Its validity comes
+// from what the nodes answered, by the acquire's rule and conservatively:
+// the check's start plus the least TTL left among the quorum of holding
+// nodes whose keys live longest, less the drift (that TTL·DriftFactor +
+// 2ms), so the time the check took counts against it (Check.Until). Its
+// maximum hold (MaxHold) counts from the Resume. Its TTL is h.TTL
+// (Config.TTL when 0), and its fencing token h.Token, taken on trust.
 //
 // Like TryAcquire, it fails without a round when this engine holds the
 // resource or a caller of Acquire waits for it here. Otherwise a failure
 // is an *AcquireError with each node's answer, matching ErrNotAcquired,
 // and ctx's error when ctx ended it; it matches ErrLeaseLost too when so
-// many nodes answered that their key does not hold value (released,
+// many nodes answered that their key does not hold the value (released,
 // expired, another owner's: HeldBy says whose) that no quorum can: the
 // lease is gone for good. Without ErrLeaseLost, nodes did not answer, sit
 // out a quarantine, or the quorum's keys expire within the end margin:
 // the lease may still be held, and a later Resume may find it.
 //
-// Options: WithTTL is the TTL the lease's extensions set (Config.TTL by
-// default: pass the one it was acquired with); WithAutoExtend as for
-// Acquire; WithToken gives a fenced lease its token (Token), which the
-// nodes cannot confirm: pass the one the acquiring process saw. WithMeta
-// is refused (the meta is in value); WithFencing and WithRetry change
-// nothing.
+// Options: WithTTL instead of h.TTL; WithAutoExtend as for Acquire.
+// WithMeta is refused (the meta is in the value); WithFencing and
+// WithRetry change nothing.
 //
-// The process that acquired the lease is not told: should its Lease live
+// An engine that still holds the lease is not told: should its Lease live
 // on, it learns of the release at its next extension (Lost) or reaches
-// its deadline. Hand a lease over only from a holder that stopped using
-// it.
+// its deadline, and its Close releases it. Hand a lease over with Detach.
 //
-//	// In the process that acquired it: hand resource, lease.Value() and
-//	// lease.Token() on. In the one that finishes the work:
-//	lease, err := e.Resume(ctx, "invoice:42", value, engine.WithToken(token))
+//	lease, err := e.Resume(ctx, h) // h: the Handle Detach gave
 //	if err == nil { err = lease.Release(ctx) }
-func (e *Engine) Resume(ctx context.Context, resource, value string, opts ...Option) (*Lease, error) {
-	if value == "" {
+func (e *Engine) Resume(ctx context.Context, h Handle, opts ...Option) (*Lease, error) {
+	if h.Value == "" {
 		return nil, errNoValue
 	}
 	_, span := e.tel.start(ctx, "redlease.Resume")
-	l, _, err := e.acquireLease(ctx, resource, 1, opts, false, value)
+	lead := []Option{{set: setToken, token: h.Token}}
+	if h.TTL != 0 {
+		lead = append(lead, WithTTL(h.TTL))
+	}
+	l, _, err := e.acquireLease(ctx, h.Resource, 1, append(lead, opts...), false, h.Value)
 	endSpan(span, err)
 	span.End()
 	return l, err
 }
 
 // errNoValue: Resume without a value.
-var errNoValue = errors.New("redlease: Resume needs the lease's value (Lease.Value), got \"\"")
-
-// WithToken gives a lease taken up by Resume its fencing token
-// (Lease.Token, Event.Token): the one Token returned in the process that
-// acquired it WithFencing. Resume takes it on the caller's word. For
-// Resume only.
-//
-//	lease, err := e.Resume(ctx, "invoice:42", value, engine.WithToken(token))
-func WithToken(token uint64) Option {
-	return Option{set: setToken, token: token}
-}
+var errNoValue = errors.New("redlease: Resume needs the lease's value (Handle.Value), got \"\"")

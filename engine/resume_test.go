@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -66,7 +67,7 @@ func TestResumeEveryPattern(t *testing.T) {
 		}
 		set := time.Now()
 
-		l, err := e.Resume(ctx, resource, value, WithToken(uint64(m+1)))
+		l, err := e.Resume(ctx, Handle{Resource: resource, Value: value, Token: uint64(m + 1)})
 		if quorum := count[mine] >= 3; quorum != (err == nil) {
 			t.Fatalf("%v: Resume = %v, want held: %t", mask, err, quorum)
 		}
@@ -138,7 +139,7 @@ func checkNodes(t *testing.T, mask []int, nodes []NodeOutcome, mine, foreign, no
 		case foreign:
 			ok = n.Outcome == Taken && n.HeldBy == "web-2" && n.TTL > 0
 		case none:
-			ok = n.Outcome == Taken && n.HeldBy == "" && n.TTL == 0
+			ok = n.Outcome == Absent && n.HeldBy == "" && n.TTL == 0
 		case broken:
 			ok = n.Outcome == Failed && n.Err != nil
 		}
@@ -164,11 +165,11 @@ func TestResumeInAnotherEngine(t *testing.T) {
 	if MetaOf(first.Value()) != "web-1 pid 7" || !strings.HasSuffix(first.Value(), "|web-1 pid 7") {
 		t.Fatalf("value %q does not carry its meta", first.Value())
 	}
-	if _, err := a.Resume(ctx, "job", first.Value()); !errors.Is(err, errHeldHere) || !errors.Is(err, ErrNotAcquired) {
+	if _, err := a.Resume(ctx, Handle{Resource: "job", Value: first.Value()}); !errors.Is(err, errHeldHere) || !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("Resume where the lease is held = %v, want errHeldHere", err)
 	}
 
-	l, err := b.Resume(ctx, "job", first.Value(), WithToken(first.Token()), WithTTL(3*time.Second), WithAutoExtend(time.Minute))
+	l, err := b.Resume(ctx, Handle{Resource: "job", Value: first.Value(), Token: first.Token(), TTL: 3 * time.Second}, WithAutoExtend(time.Minute))
 	if err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
@@ -209,7 +210,7 @@ func TestResumeInAnotherEngine(t *testing.T) {
 	if err := first.Extend(ctx); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("Extend by the first holder after the release = %v, want ErrLeaseLost", err)
 	}
-	if _, err := b.Resume(ctx, "job", first.Value()); !errors.Is(err, ErrLeaseLost) || !errors.Is(err, ErrNotAcquired) {
+	if _, err := b.Resume(ctx, Handle{Resource: "job", Value: first.Value()}); !errors.Is(err, ErrLeaseLost) || !errors.Is(err, ErrNotAcquired) {
 		t.Fatalf("Resume of a released lease = %v, want ErrLeaseLost", err)
 	}
 }
@@ -281,12 +282,13 @@ func TestMetaAndResumeInput(t *testing.T) {
 		{"a meta not UTF-8", func() (*Lease, error) { return e.TryAcquire(ctx, "r", WithMeta("web\xff")) }, "WithMeta must be valid UTF-8"},
 		{"a meta with a newline", func() (*Lease, error) { return e.Acquire(ctx, "r", WithMeta("web-1\nroot")) },
 			"WithMeta must hold no control character, got U+000A at byte 5"},
-		{"a token at Acquire", func() (*Lease, error) { return e.Acquire(ctx, "r", WithToken(7)) }, "WithToken is for Resume"},
-		{"a meta at Resume", func() (*Lease, error) { return e.Resume(ctx, "r", "v", WithMeta("m")) }, "WithMeta is for Acquire and TryAcquire"},
-		{"no value", func() (*Lease, error) { return e.Resume(ctx, "r", "") }, "Resume needs the lease's value"},
-		{"a value too long", func() (*Lease, error) { return e.Resume(ctx, "r", strings.Repeat("v", maxValueLen+1)) },
+		{"a meta at Resume", func() (*Lease, error) { return e.Resume(ctx, Handle{Resource: "r", Value: "v"}, WithMeta("m")) }, "WithMeta is for Acquire and TryAcquire"},
+		{"no value", func() (*Lease, error) { return e.Resume(ctx, Handle{Resource: "r"}) }, "Resume needs the lease's value"},
+		{"a value too long", func() (*Lease, error) {
+			return e.Resume(ctx, Handle{Resource: "r", Value: strings.Repeat("v", maxValueLen+1)})
+		},
 			"no Lease.Value is longer than 284"},
-		{"no resource", func() (*Lease, error) { return e.Resume(ctx, "", "v") }, "resource must not be empty"},
+		{"no resource", func() (*Lease, error) { return e.Resume(ctx, Handle{Value: "v"}) }, "resource must not be empty"},
 	} {
 		l, err := tc.call()
 		if err == nil || !strings.Contains(err.Error(), tc.wantErr) || l != nil {
@@ -340,4 +342,94 @@ func TestKeptPlaceKeepsItsMeta(t *testing.T) {
 		t.Fatalf("the caller with a meta holds %q, the kept place was %q", w.l.value, value)
 	}
 	_ = w.l.Release(t.Context())
+}
+
+// A lease handed over by Detach: the first engine lets it go without a
+// release, and its Close no longer releases it; the Handle crosses to
+// another engine as JSON, which takes the lease up with Resume, keys and
+// token intact, and releases it. Meanwhile a caller waiting for the
+// resource in the first engine does not get it.
+func TestDetachHandsOver(t *testing.T) {
+	c := startNodes(t, 3)
+	a, b := newEngine(t, c.Addrs(), slowMachine), newEngine(t, c.Addrs(), slowMachine)
+	ctx := t.Context()
+	l, err := a.Acquire(ctx, "job", WithMeta("worker-a"), WithFencing(), WithTTL(3*time.Second), WithAutoExtend(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 2*time.Second, "every node holds the key", func() bool {
+		return count(values(t, c, "job"), l.Value()) == 3
+	})
+	waited := make(chan error, 1)
+	go func() {
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		w, err := a.Acquire(short, "job")
+		if err == nil {
+			w.Release(ctx)
+		}
+		waited <- err
+	}()
+	testwait.Eventually(t, 2*time.Second, "a caller waits for the resource", func() bool { return acquiring(a) })
+
+	h, err := l.Detach()
+	if err != nil {
+		t.Fatalf("Detach: %v", err)
+	}
+	if want := (Handle{Resource: "job", Value: l.Value(), Token: l.Token(), TTL: 3 * time.Second}); h != want || h.Token == 0 {
+		t.Fatalf("Detach's handle %+v, want %+v", h, want)
+	}
+	if !errors.Is(l.Err(), ErrDetached) || l.Context().Err() == nil {
+		t.Fatalf("a detached lease's Err = %v, want ErrDetached, and its context done", l.Err())
+	}
+	var last Event
+	for ev := range l.Events() {
+		last = ev
+	}
+	if last.Kind != Detached || !errors.Is(last.Err, ErrDetached) {
+		t.Fatalf("a detached lease's last event: %v (%v), want Detached", last.Kind, last.Err)
+	}
+	if err := l.Extend(ctx); !errors.Is(err, ErrDetached) {
+		t.Fatalf("Extend of a detached lease = %v, want ErrDetached", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrDetached) {
+		t.Fatalf("Release of a detached lease = %v, want ErrDetached", err)
+	}
+	if _, err := l.Detach(); !errors.Is(err, ErrDetached) {
+		t.Fatalf("Detach of a detached lease = %v, want ErrDetached", err)
+	}
+	if err := <-waited; !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a caller waiting in the engine that detached the lease = %v, want it not acquired by its deadline", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if vals := values(t, c, "job"); count(vals, h.Value) != 3 {
+		t.Fatalf("after Detach and Close the nodes hold %q, want the lease's key on all", vals)
+	}
+
+	wire, err := json.Marshal(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Handle
+	if err := json.Unmarshal(wire, &got); err != nil || got != h {
+		t.Fatalf("the handle through JSON (%s): %+v, %v", wire, got, err)
+	}
+	r, err := b.Resume(ctx, got, WithAutoExtend(time.Minute))
+	if err != nil {
+		t.Fatalf("Resume after Detach and Close: %v", err)
+	}
+	if r.Token() != h.Token || r.Value() != h.Value || MetaOf(r.Value()) != "worker-a" {
+		t.Fatalf("resumed token %d value %q, want %d %q", r.Token(), r.Value(), h.Token, h.Value)
+	}
+	if err := r.Release(ctx); err != nil {
+		t.Fatalf("Release of the resumed lease: %v", err)
+	}
+	waitGone(t, c, "job")
+
+	var nilLease *Lease
+	if _, err := nilLease.Detach(); !errors.Is(err, ErrNotAcquired) {
+		t.Fatalf("Detach of a nil lease = %v, want ErrNotAcquired", err)
+	}
 }

@@ -24,7 +24,7 @@ const instrumentationName = "github.com/redlease/redlease"
 var (
 	acquireModes    = [...]string{modeAcquire: "acquire", modeTry: "try"}
 	acquireOutcomes = [...]string{outcomeAcquired: "acquired", outcomeNotAcquired: "not_acquired", outcomeCanceled: "canceled", outcomeError: "error"}
-	leaseEnds       = [...]string{endReleased: "released", endLost: "lost", endExpired: "expired", endClosed: "closed"}
+	leaseEnds       = [...]string{endReleased: "released", endLost: "lost", endExpired: "expired", endClosed: "closed", endDetached: "detached"}
 	extendOutcomes  = [...]string{extendOK: "extended", extendFailed: "failed"}
 )
 
@@ -45,6 +45,7 @@ const (
 	endLost
 	endExpired
 	endClosed
+	endDetached
 )
 
 const (
@@ -307,7 +308,7 @@ func nodeEvents(span trace.Span, nodes []NodeOutcome) {
 // answered names the votes that are in, by node: a round is won at
 // quorum, and the rest had not answered yet.
 func answered(votes []node.Vote, addrs []string) []NodeOutcome {
-	out := lease.Outcomes(votes, addrs)
+	out := lease.Outcomes(votes, addrs, nil)
 	kept := out[:0]
 	for i, n := range out {
 		if i < len(votes) && votes[i].Outcome != 0 {
@@ -346,6 +347,8 @@ func (t *telemetry) ended(held time.Duration, err error) {
 		end = endReleased
 	case errors.Is(err, ErrExpired):
 		end = endExpired
+	case errors.Is(err, ErrDetached):
+		end = endDetached
 	}
 	t.leaseActive.Add(context.Background(), -1)
 	t.leaseDuration.Record(context.Background(), held.Seconds(), t.endAttrs[end]...)

@@ -189,6 +189,8 @@ func (a *leaseActor) current(msg any) bool {
 		return m.State == a.state
 	case *Extend:
 		return m.State == a.state
+	case *Detach:
+		return m.State == a.state
 	case *Cancel:
 		return m.State == a.state
 	case *Close:
@@ -210,6 +212,8 @@ func answerStale(msg any) {
 		m.Reply <- ReleaseResult{Err: m.State.Err()}
 	case *Extend:
 		m.Reply <- ExtendResult{Err: m.State.Err()}
+	case *Detach:
+		m.Reply <- DetachResult{Err: m.State.Err()}
 	}
 }
 
@@ -267,6 +271,8 @@ func (a *leaseActor) answerNotHeld(msg any) {
 		m.Reply <- ReleaseResult{Err: a.state.Err()}
 	case *Extend:
 		m.Reply <- ExtendResult{Err: a.state.Err()}
+	case *Detach:
+		m.Reply <- DetachResult{Err: a.state.Err()}
 	}
 }
 

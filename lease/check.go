@@ -100,7 +100,7 @@ func (r Reading) Quorum() bool { return r.Holding >= Quorum(len(r.Votes)) }
 func (r Reading) Resumes(now time.Time, ttl time.Duration) error {
 	n, notMine := len(r.Votes), 0
 	for _, v := range r.Votes {
-		if v.Outcome == node.Taken {
+		if v.Outcome == node.Taken || v.Outcome == node.Absent {
 			notMine++
 		}
 	}

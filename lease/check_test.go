@@ -20,7 +20,7 @@ func TestReadEveryPattern(t *testing.T) {
 	answers := []node.Vote{
 		{Outcome: node.Granted}, // TTL: its node's own, below
 		{Outcome: node.Taken, Holder: node.Digest("h"), Meta: "web-2", TTL: time.Second},
-		{Outcome: node.Taken}, // no key
+		{Outcome: node.Absent}, // no key
 		{Outcome: node.Timeout, Err: errors.New("timeout")},
 		{Outcome: node.Failed, Err: node.ErrQuarantined, Until: time.Now().Add(time.Minute)},
 		{}, // not answered
@@ -37,7 +37,7 @@ func TestReadEveryPattern(t *testing.T) {
 			case votes[i].Outcome == node.Granted:
 				votes[i].TTL = time.Duration(i+1) * time.Second
 				granted = append(granted, votes[i].TTL)
-			case votes[i].Outcome == node.Taken:
+			case votes[i].Outcome == node.Taken, votes[i].Outcome == node.Absent:
 				taken++
 				if votes[i].Holder != "" {
 					byH++

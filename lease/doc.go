@@ -226,9 +226,8 @@
 //     acquire's validity rule; a lease resumed on its word
 //     (Config.Resumed) is held at once, without an acquire round.
 //   - vote: a node's answer to one command (node.Vote): Granted (the node
-//     did what was asked), Taken (another owner's key; for a release, a
-//     key that is not this owner's), Absent (for an extend: no key),
-//     Timeout or Failed. A
+//     did what was asked), Taken (another owner's key), Absent (for an
+//     extend, a release or a check: no key), Timeout or Failed. A
 //     refused acquire's vote names the holder (node.Digest) and when its
 //     key expires; a quarantined node's, when it is back.
 //   - grant: (1) a node's Granted vote on an acquire: the key is set to

@@ -13,14 +13,16 @@ import (
 // the lease's own key, once so many found it not there (another owner's
 // key, or none) that no quorum can, or once all have answered (all): a
 // dead node does not hold up the holder, and a holder whose lease had lost
-// its keys is told so.
+// its keys is told so. Once all answered, the release is Held if so few
+// nodes said that they no longer hold the key (deleted it, or had none)
+// that the rest, which did not answer, may be a quorum still holding it.
 func (a *leaseActor) answerRelease(all bool) {
 	deleted, notMine := 0, 0
 	for _, v := range a.votes {
 		switch v.Outcome {
 		case node.Granted:
 			deleted++
-		case node.Taken:
+		case node.Taken, node.Absent:
 			notMine++
 		}
 	}
@@ -30,7 +32,8 @@ func (a *leaseActor) answerRelease(all bool) {
 	case deleted >= Quorum(n):
 		a.release <- ReleaseResult{Deleted: deleted}
 	case lost, all:
-		a.release <- ReleaseResult{Deleted: deleted, Lost: lost, Votes: slices.Clone(a.votes)}
+		held := !lost && n-deleted-notMine >= Quorum(n)
+		a.release <- ReleaseResult{Deleted: deleted, Lost: lost, Held: held, Votes: slices.Clone(a.votes)}
 	default:
 		return
 	}
@@ -98,6 +101,18 @@ func (a *leaseActor) onRelease(m *Release) {
 func (a *leaseActor) prepare(cmd func(node.Request) node.Command) node.Command {
 	a.owed += len(a.cfg.Nodes)
 	return a.newRound(cmd, a.now())
+}
+
+// onDetach ends a held lease by Detach, leaving its keys on the nodes:
+// nothing is sent.
+func (a *leaseActor) onDetach(m *Detach) {
+	if err := a.finish(ErrDetached); !errors.Is(err, ErrDetached) { // its deadline timer was first
+		a.wrapUp(ended, err)
+		m.Reply <- DetachResult{Err: err}
+		return
+	}
+	a.wrapUp(ended, ErrDetached)
+	m.Reply <- DetachResult{TTL: a.cfg.TTL}
 }
 
 // closeHeld ends a held lease because the engine closes.
@@ -173,6 +188,8 @@ func terminalKind(err error) EventKind {
 		return Released
 	case errors.Is(err, ErrExpired):
 		return Expired
+	case errors.Is(err, ErrDetached):
+		return Detached
 	}
 	return Lost
 }
@@ -196,5 +213,5 @@ func (a *leaseActor) startLinger() {
 
 // explain is the error of a failed extension round, naming each node.
 func (a *leaseActor) explain(cause error) error {
-	return &ExtendError{Nodes: Outcomes(a.votes, a.cfg.Addrs), Cause: cause}
+	return &ExtendError{Nodes: Outcomes(a.votes, a.cfg.Addrs, cause), Cause: cause}
 }

@@ -8,8 +8,8 @@ import (
 // EventKind says what happened to a lease.
 type EventKind int
 
-// The kinds of lease events. Lost, Released and Expired are terminal: each
-// lease emits exactly one of them, last.
+// The kinds of lease events. Lost, Released, Expired and Detached are
+// terminal: each lease emits exactly one of them, last.
 const (
 	Acquired     EventKind = iota + 1 // the lease is held
 	Extended                          // an extension moved Until forward
@@ -17,6 +17,7 @@ const (
 	Lost                              // the lease ended before its time: another owner, or no extension by Until
 	Released                          // the holder (or Close) released it
 	Expired                           // it reached Until without being meant to go on
+	Detached                          // the holder let it go without releasing it, for another holder to take up
 
 	// Waiting and Woken are about an acquisition, not a lease: they go to
 	// the engine's subscribers only, never on a lease's channel.
@@ -33,7 +34,7 @@ const (
 
 var kindNames = [...]string{
 	Acquired: "Acquired", Extended: "Extended", ExtendFailed: "ExtendFailed",
-	Lost: "Lost", Released: "Released", Expired: "Expired", Waiting: "Waiting", Woken: "Woken",
+	Lost: "Lost", Released: "Released", Expired: "Expired", Detached: "Detached", Waiting: "Waiting", Woken: "Woken",
 	NodeDown: "NodeDown", NodeQuarantined: "NodeQuarantined", NodeServing: "NodeServing",
 }
 
@@ -45,7 +46,7 @@ func (k EventKind) String() string {
 }
 
 // Terminal reports whether k ends the lease.
-func (k EventKind) Terminal() bool { return k >= Lost && k <= Expired }
+func (k EventKind) Terminal() bool { return k >= Lost && k <= Detached }
 
 // Event is one step in a lease's life.
 type Event struct {

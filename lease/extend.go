@@ -48,7 +48,7 @@ func (a *leaseActor) holdOver() {
 // held handles what can happen while a lease is held between rounds: the
 // alarm starts the planned extension; a late vote of the extension round
 // it just won may ask for a heal (extended keeps that round's votes); the
-// holder may Extend, Release, or the engine Close. (The deadline is
+// holder may Extend, Release, Detach, or the engine Close. (The deadline is
 // checked before any message: see onDeadline.)
 func (a *leaseActor) held(msg any) {
 	switch m := msg.(type) {
@@ -65,6 +65,8 @@ func (a *leaseActor) held(msg any) {
 		a.onExtend(m)
 	case *Release:
 		a.onRelease(m)
+	case *Detach:
+		a.onDetach(m)
 	case *Close:
 		a.closeHeld(m.Err)
 	}
@@ -72,7 +74,7 @@ func (a *leaseActor) held(msg any) {
 
 // extending handles what can happen while an extension round is out: its
 // votes decide it, unless the alarm (the node timeout) comes first; an
-// Extend joins it; Release and Close end the lease as when held.
+// Extend joins it; Release, Detach and Close end the lease as when held.
 func (a *leaseActor) extending(msg any) {
 	switch m := msg.(type) {
 	case *node.Vote:
@@ -84,6 +86,8 @@ func (a *leaseActor) extending(msg any) {
 		a.joinExtend(m)
 	case *Release:
 		a.onRelease(m)
+	case *Detach:
+		a.onDetach(m)
 	case *Close:
 		a.closeHeld(m.Err)
 	}

@@ -14,6 +14,9 @@ var (
 	ErrReleased  = errors.New("redlease: lease released")
 	ErrExpired   = errors.New("redlease: lease expired")
 	ErrLeaseLost = errors.New("redlease: lease lost")
+	// ErrDetached ends a lease its holder let go without releasing it
+	// (Detach): its keys stay on the nodes, for another holder to take up.
+	ErrDetached = errors.New("redlease: lease detached: its keys stay on the nodes for another holder to take up")
 	// ErrMaxHold answers an Extend after MaxHold: the lease is not
 	// extended, but still held until its deadline, where it expires.
 	ErrMaxHold = errors.New("redlease: maximum hold reached: the lease is no longer extended and expires at its deadline")
@@ -35,13 +38,25 @@ type Result struct {
 }
 
 // ReleaseResult answers a Release: as soon as a quorum of nodes deleted
-// the lease's key (Deleted), or so many found it not there (another's, or
-// none: Taken) that no quorum can (Lost), or once all nodes answered.
+// the lease's key (Deleted), or so many found it not there (another's,
+// Taken, or none, Absent) that no quorum can (Lost), or once all nodes
+// answered.
 type ReleaseResult struct {
-	Err     error       // set when the lease had already ended: its Err
-	Deleted int         // nodes that deleted the lease's own key
-	Lost    bool        // the key was not the lease's on so many nodes that no quorum could delete it
-	Votes   []node.Vote // by node, when fewer than a quorum deleted; a zero Outcome means no answer
+	Err     error // set when the lease had already ended: its Err
+	Deleted int   // nodes that deleted the lease's own key
+	Lost    bool  // the key was not the lease's on so many nodes that no quorum could delete it
+	// Held: not Lost, and the nodes that did not answer are a quorum, which
+	// may still hold the key until it expires (the release goes on to them
+	// in the background meanwhile). Neither Lost nor Held: no quorum can
+	// hold the key any more.
+	Held  bool
+	Votes []node.Vote // by node, when fewer than a quorum deleted; a zero Outcome means no answer
+}
+
+// DetachResult answers a Detach.
+type DetachResult struct {
+	Err error         // nil: detached; otherwise the lease had ended: its Err
+	TTL time.Duration // the lease's TTL, as its last extension set it
 }
 
 // ExtendResult answers an Extend.
@@ -59,6 +74,17 @@ type Release struct {
 	actors.Late
 	State *State
 	Reply chan<- ReleaseResult
+}
+
+// Detach asks the actor to end the held lease with ErrDetached, without
+// releasing it: its keys stay on the nodes until they expire or another
+// holder, who took the lease up, releases them. No extension follows; an
+// extension round out goes on, and only lengthens the keys. Reply
+// (buffered 1) receives the answer.
+type Detach struct {
+	actors.Late
+	State *State
+	Reply chan<- DetachResult
 }
 
 // Extend asks the actor for an extension round now (or to join the one in

@@ -35,16 +35,22 @@ type NodeOutcome struct {
 	Slot  int
 }
 
-// Outcomes names a round's votes, by node (addrs in node order). A node
-// whose answer had not come when the round ended is a Timeout with
-// ErrNotAnswered; nil votes (no round) name no node.
-func Outcomes(votes []node.Vote, addrs []string) []NodeOutcome {
+// Outcomes names a round's votes, by node (addrs in node order), given
+// the cause the round failed with (nil: it did not). A node whose answer
+// had not come when the round ended is a Timeout: with errNoAnswer when
+// the round ended at the node timeout, otherwise with ErrNotAnswered (the
+// round was decided without it). Nil votes (no round) name no node.
+func Outcomes(votes []node.Vote, addrs []string, cause error) []NodeOutcome {
 	if votes == nil {
 		return nil
 	}
+	unanswered := ErrNotAnswered
+	if errors.Is(cause, errRoundTimeout) {
+		unanswered = errNoAnswer
+	}
 	out := make([]NodeOutcome, len(addrs))
 	for i, addr := range addrs {
-		out[i] = NodeOutcome{Addr: addr, Outcome: node.Timeout, Err: ErrNotAnswered}
+		out[i] = NodeOutcome{Addr: addr, Outcome: node.Timeout, Err: unanswered}
 		if i < len(votes) && votes[i].Outcome != 0 {
 			v := votes[i]
 			out[i] = NodeOutcome{Addr: addr, Outcome: v.Outcome, RTT: v.RTT, Err: v.Err, TTL: v.TTL, HeldBy: v.Meta}
@@ -73,8 +79,13 @@ func HeldBy(votes []node.Vote) string {
 }
 
 // ErrNotAnswered is the Err of a node whose answer had not come when its
-// round ended: decided by the others, or at the node timeout.
-var ErrNotAnswered = errors.New("not answered yet when the round ended")
+// round ended before the node timeout: the others decided it, or its
+// caller gave up. The node may be well.
+var ErrNotAnswered = errors.New("not waited for: the round was decided without its answer")
+
+// errNoAnswer is the Err of a node whose answer had not come when its
+// round ended at the node timeout.
+var errNoAnswer = errors.New("no answer within the node timeout")
 
 // refusal says why a round failed that no single cause ended: what its
 // nodes answered, counted, and only what is true of a quorum. It matches
@@ -147,8 +158,9 @@ func (e *ExtendError) Unwrap() error { return e.Cause }
 
 // FormatOutcomes lists the nodes' outcomes for an error text, each as
 // what the node answered: granted, taken, quarantined until a time (with
-// how to end it for a node met without an epoch marker), down, not answered yet, timeout or failed
-// (with why).
+// how to end it for a node met without an epoch marker), down, not
+// waited for (the round was decided without its answer), timeout or
+// failed (with why).
 func FormatOutcomes(nodes []NodeOutcome) string {
 	var b strings.Builder
 	for i, n := range nodes {
@@ -169,7 +181,7 @@ func FormatOutcomes(nodes []NodeOutcome) string {
 		case errors.Is(n.Err, node.ErrNodeDown):
 			fmt.Fprintf(&b, "down (%s)", errtext.Bare(n.Err))
 		case errors.Is(n.Err, ErrNotAnswered):
-			b.WriteString("not answered yet")
+			b.WriteString("not waited for (decided without it)")
 		case n.Err != nil:
 			fmt.Fprintf(&b, "%v (%s)", n.Outcome, errtext.Bare(n.Err))
 		default:

@@ -27,7 +27,7 @@ func TestRefusalTexts(t *testing.T) {
 		{"quarantined until 12:00:00.000 (it may have lost", node.Vote{Outcome: node.Failed, Err: node.ErrQuarantined, Until: back}},
 		{"quarantined until 12:00:00.000 (met without an epoch marker", node.Vote{Outcome: node.Failed, Err: fmt.Errorf("%w: %w", node.ErrQuarantined, node.ErrNoMarker), Until: back}},
 		{"timeout (node timeout)", node.Vote{Outcome: node.Timeout, Err: errors.New("redlease: node timeout")}},
-		{"not answered yet", node.Vote{}},
+		{"not waited for (decided without it)", node.Vote{}},
 	}
 	addrs := []string{"a:1", "b:2", "c:3"}
 	for m := range len(answers) * len(answers) * len(answers) {
@@ -42,7 +42,7 @@ func TestRefusalTexts(t *testing.T) {
 				taken++
 			}
 		}
-		list := FormatOutcomes(Outcomes(votes, addrs))
+		list := FormatOutcomes(Outcomes(votes, addrs, nil))
 		for _, w := range want {
 			if !strings.Contains(list, w) {
 				t.Errorf("%v: %q lacks %q", votes, list, w)
@@ -65,13 +65,19 @@ func TestRefusalTexts(t *testing.T) {
 			}
 		}
 	}
-	if Outcomes(nil, addrs) != nil {
+	if Outcomes(nil, addrs, nil) != nil {
 		t.Error("no round names nodes")
 	}
 	// A cluster's answer names its shard and the resource's slot.
-	out := Outcomes([]node.Vote{{Outcome: node.Taken, Shard: "m:1", Slot: 7}}, []string{"cluster://a:1"})
+	out := Outcomes([]node.Vote{{Outcome: node.Taken, Shard: "m:1", Slot: 7}}, []string{"cluster://a:1"}, nil)
 	if o := out[0]; o.Shard != "m:1" || o.Slot != 7 || FormatOutcomes(out) != "cluster://a:1 (shard m:1, slot 7): taken" {
 		t.Errorf("cluster outcome %+v: %q; want shard m:1, slot 7 named", o, FormatOutcomes(out))
+	}
+	// A node that had not answered when its round ended at the node
+	// timeout timed out; not so one the others decided the round without.
+	votes := []node.Vote{{Outcome: node.Granted}, {}, {}}
+	if got, want := FormatOutcomes(Outcomes(votes, addrs, errRoundTimeout)), "b:2: timeout (no answer within the node timeout)"; !strings.Contains(got, want) {
+		t.Errorf("a round that timed out: %q, want %q", got, want)
 	}
 }
 

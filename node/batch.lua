@@ -24,19 +24,19 @@
 --   e  extend -> 1 | 0 | -2
 --        KEYS lock
 --        ARGV value, ttl
---   d  release -> 1 | 0
+--   d  release -> 1 | 0 | -2
 --        KEYS lock
 --        ARGV value
---   r  release, announced -> 1 | 0
+--   r  release, announced -> 1 | 0 | -2
 --        KEYS lock, queue, grants
 --        ARGV value
---   l  release, announced, leaving the queue -> 1 | 0
+--   l  release, announced, leaving the queue -> 1 | 0 | -2
 --        KEYS lock, queue, grants
 --        ARGV value
---   H  hand-off: release, announced, queueing a successor -> 1 | 0
+--   H  hand-off: release, announced, queueing a successor -> 1 | 0 | -2
 --        KEYS lock, queue, grants
 --        ARGV value, leave, successor since, successor, successor ttl, ungranted
---   C  cleanup keeping a grant or its place -> 1 | 0
+--   C  cleanup keeping a grant or its place -> 1 | 0 | -2
 --        KEYS lock, queue, grants
 --        ARGV value, ttl, since, announce, keep
 --   g  leave, keeping a grant -> 0
@@ -48,7 +48,7 @@
 --   f  fence -> 1 | 0
 --        KEYS lock, fence
 --        ARGV value, token
---   c  check -> {1, pttl} | {0, pttl, holder, meta} | 0 | -1
+--   c  check -> {1, pttl} | {0, pttl, holder, meta} | -2 | -1
 --        KEYS lock
 --        ARGV value
 --   h  heal -> 1 | 0 | -1
@@ -101,7 +101,7 @@
 -- the lease more robust (see the lease package's doc, Healing).
 --
 -- release deletes the key (1) only if this owner holds it; otherwise it
--- leaves it (0). Announced (r, l, s with announce), a deletion is
+-- leaves another owner's (0), or finds none (-2). Announced (r, l, s with announce), a deletion is
 -- announced on <lock>:released (releasedSuffix) while the resource has a
 -- queue (it was contended lately), as "<SHA1 of the value> <SHA1 of the next waiter, or nothing> <SHA1 of
 -- the waiter after it, or nothing>": the value as a refused acquire names
@@ -420,6 +420,8 @@ local function run(c, k, a)
     end
     if deleted then
       return 1
+    elseif not holder then
+      return -2
     end
     return 0
   elseif c == 'g' then
@@ -444,7 +446,7 @@ local function run(c, k, a)
     end
     local holder = redis.call('GET', lock)
     if not holder then
-      return 0
+      return -2
     elseif holder ~= value then
       return taken(lock, holder)
     end

@@ -200,15 +200,15 @@ type Outcome uint8
 const (
 	// Granted: the node did what was asked (set, extended or deleted).
 	Granted Outcome = iota + 1
-	// Taken: another owner holds the key (for a release: the key is not
-	// this owner's, whether absent or someone else's).
+	// Taken: another owner holds the key.
 	Taken
 	// Timeout: no answer within the node timeout.
 	Timeout
 	// Failed: the node answered with an error or could not be reached.
 	Failed
-	// Absent: for an extend, no owner holds the key (it was lost, or
-	// expired): not this owner's, as Taken, but free to heal.
+	// Absent: no owner holds the key (it was lost, released, or
+	// expired), for an extend, a release or a check: not this owner's,
+	// as Taken, but for an extend free to heal.
 	Absent
 )
 

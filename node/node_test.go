@@ -110,7 +110,7 @@ func TestVotes(t *testing.T) {
 		{"extend foreign key", &Extend{h.req("k", "other", 5), ttl}, Taken},
 		{"release foreign key", &Release{Request: h.req("k", "other", 6), TTL: time.Minute}, Taken},
 		{"release own key", &Release{Request: h.req("k", "me", 7), TTL: time.Minute}, Granted},
-		{"release absent key", &Release{Request: h.req("k", "me", 8), TTL: time.Minute}, Taken},
+		{"release absent key", &Release{Request: h.req("k", "me", 8), TTL: time.Minute}, Absent},
 		{"extend absent key", &Extend{h.req("k", "me", 9), ttl}, Absent},
 		{"heal absent key", &Heal{h.req("k", "me", 10), ttl}, Granted},
 		{"heal own key", &Heal{h.req("k", "me", 11), ttl}, Taken},
@@ -1025,7 +1025,7 @@ func TestCheck(t *testing.T) {
 		{"another owner's key", "k", theirs, Vote{Outcome: Taken, Holder: Digest(mine), Meta: "web-1 pid 7"}, 10 * time.Second},
 		{"another owner's key, by meta alone", "k", "secret3|web-1 pid 7", Vote{Outcome: Taken, Holder: Digest(mine), Meta: "web-1 pid 7"}, 10 * time.Second},
 		{"a key without meta", "o", "x", Vote{Outcome: Taken, Holder: Digest(theirs), Meta: "web-2 pid 9"}, 5 * time.Second},
-		{"no key", "none", mine, Vote{Outcome: Taken}, 0},
+		{"no key", "none", mine, Vote{Outcome: Absent}, 0},
 	} {
 		v := h.ask(&Check{h.req(tt.key, tt.value, 2)})
 		if v.Outcome != tt.want.Outcome || v.Holder != tt.want.Holder || v.Meta != tt.want.Meta || v.Err != nil ||

@@ -83,8 +83,10 @@ type scriptCmd struct {
 // Digest and MetaOf), or the epoch marker is not the one required.
 const acquireReply = "1 | {0, pttl, holder, meta} | -1"
 
-// keyAbsent is extend's reply when no owner holds the key (Absent): it
-// tells a key the lease may heal from another owner's (0).
+// keyAbsent is the reply of an extend, a release and a check when no
+// owner holds the key (Absent): for an extend, a key the lease may heal,
+// unlike another owner's (0); for a release and a check, a key gone, not
+// taken.
 const keyAbsent = -2
 
 // scriptCmds is the protocol, by code. Only the commands that may touch
@@ -96,18 +98,18 @@ var scriptCmds = [...]scriptCmd{
 	codeAcquireFenced: {"A", "fenced acquire", []key{keyLock, keyQueue, keyGrants, keyFence},
 		[]arg{argValue, argTTL, argSince}, "{1, counter} | {0, pttl, holder, meta} | -1"},
 	codeExtend:           {"e", "extend", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -2"},
-	codeRelease:          {"d", "release", []key{keyLock}, []arg{argValue}, "1 | 0"},
-	codeReleaseAnnounced: {"r", "release, announced", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "1 | 0"},
+	codeRelease:          {"d", "release", []key{keyLock}, []arg{argValue}, "1 | 0 | -2"},
+	codeReleaseAnnounced: {"r", "release, announced", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "1 | 0 | -2"},
 	codeReleaseLeaving: {"l", "release, announced, leaving the queue", []key{keyLock, keyQueue, keyGrants},
-		[]arg{argValue}, "1 | 0"},
+		[]arg{argValue}, "1 | 0 | -2"},
 	codeHandOff: {"H", "hand-off: release, announced, queueing a successor", []key{keyLock, keyQueue, keyGrants},
-		[]arg{argValue, argLeave, argSuccessorSince, argSuccessor, argSuccessorTTL, argUngranted}, "1 | 0"},
+		[]arg{argValue, argLeave, argSuccessorSince, argSuccessor, argSuccessorTTL, argUngranted}, "1 | 0 | -2"},
 	codeCleanupKeeping: {"C", "cleanup keeping a grant or its place", []key{keyLock, keyQueue, keyGrants},
-		[]arg{argValue, argTTL, argSince, argAnnounce, argKeep}, "1 | 0"},
+		[]arg{argValue, argTTL, argSince, argAnnounce, argKeep}, "1 | 0 | -2"},
 	codeLeaveKeeping: {"g", "leave, keeping a grant", []key{keyLock, keyQueue, keyGrants}, []arg{argValue}, "0"},
 	codeQueue:        {"q", "queue", []key{keyLock, keyQueue, keyGrants}, []arg{argValue, argTTL, argSince}, "1"},
 	codeFence:        {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
-	codeCheck:        {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | 0 | -1"},
+	codeCheck:        {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | -2 | -1"},
 	codeHeal:         {"h", "heal", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -1"},
 }
 

@@ -103,7 +103,7 @@ func TestQueueAnnouncements(t *testing.T) {
 	expect(Announcement{Holder: d("holder"), Next: d("a"), Standby: d("b")})
 
 	// a, named, leaves instead of acquiring: b goes, c stands by.
-	do(&Leave{Request: req("a"), TTL: ttl}, Taken)
+	do(&Leave{Request: req("a"), TTL: ttl}, Absent)
 	expect(Announcement{Next: d("b"), Standby: d("c")})
 
 	// A holder whose successor in its engine (since 50) came before c.
@@ -297,7 +297,7 @@ func TestNoGrantsWhileQuarantined(t *testing.T) {
 		v := s.h.ask(&Acquire{Request: s.h.req("probe", "probe", s.round), TTL: time.Millisecond})
 		return errors.Is(v.Err, ErrQuarantined)
 	})
-	s.do(&Leave{Request: s.req("y"), TTL: ttl}, Taken)
+	s.do(&Leave{Request: s.req("y"), TTL: ttl}, Absent) // k was deleted
 	s.expect(Announcement{Next: Digest("w")})
 	if got, err := srv.Do(ctx, "GET", "k"); err != nil || got != nil {
 		t.Fatalf("the quarantined node's lock key holds %v (%v), want none", got, err)

@@ -833,7 +833,8 @@ func (r *run) remember(resource, value string) {
 }
 
 // resumeStale takes up, with Resume, a lease released a moment ago. Its
-// keys are gone from a quorum (Release returned nil), so Resume must
+// keys are gone from so many nodes that no quorum holds them (Release
+// returned nil), so Resume must
 // refuse it, unless nodes answer from a dataset that lost the release (a
 // reload, a snapshot, a stale replica) and its check counts them: one
 // that succeeds is the bug (Report.StaleResumes), recorded as a holding
@@ -849,7 +850,7 @@ func (r *run) resumeStale(ctx context.Context, e *engine.Engine, name string, rn
 	if n == 0 {
 		return
 	}
-	l, err := e.Resume(ctx, s.resource, s.value)
+	l, err := e.Resume(ctx, engine.Handle{Resource: s.resource, Value: s.value})
 	if err != nil {
 		return
 	}

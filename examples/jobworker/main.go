@@ -13,6 +13,8 @@
 // line per step on standard output, for people and programs alike:
 //
 //	job <id> start <token>   took the job's lease
+//	job <id> resume <token>  took up the job's lease that a stopping worker handed over
+//	job <id> handoff <token> (-handoff) stopping: handed the job's lease over, unreleased
 //	job <id> skip <token>    the job was done already
 //	job <id> lost <token>    the lease ended before the result was written: nothing written
 //	job <id> stall <token>   (-stall) about to stop itself before the write
@@ -48,13 +50,14 @@ const pollInterval = 100 * time.Millisecond
 const maxJob = time.Minute
 
 type options struct {
-	nodes []string
-	store string
-	name  string
-	jobs  int
-	work  time.Duration
-	ttl   time.Duration
-	stall bool
+	nodes   []string
+	store   string
+	name    string
+	jobs    int
+	work    time.Duration
+	ttl     time.Duration
+	stall   bool
+	handoff bool
 }
 
 func main() {
@@ -67,6 +70,7 @@ func main() {
 	flag.DurationVar(&o.work, "work", 500*time.Millisecond, "how long each job's work takes")
 	flag.DurationVar(&o.ttl, "ttl", 2*time.Second, "lease TTL: how soon a job held by a stopped worker is taken over")
 	flag.BoolVar(&o.stall, "stall", false, "stop this process (SIGSTOP) once, after the last look at its first job's lease and before the write, as a long GC pause would; kill -CONT resumes it")
+	flag.BoolVar(&o.handoff, "handoff", false, "when stopped (SIGINT, SIGTERM) during a job, hand the job's lease to another worker instead of finishing the job")
 	flag.Parse()
 	o.nodes = strings.Split(*nodes, ",")
 
@@ -132,16 +136,23 @@ func (w *worker) pass(ctx context.Context) (left int, err error) {
 		if done {
 			continue
 		}
-		// One round: a job held by another worker is skipped, not waited
-		// for. The lease keeps itself alive while this process runs, so
-		// a job may take longer than the TTL; a stopped or dead worker
-		// stops extending, and its lease ends within a TTL.
-		lease, err := w.engine.TryAcquire(ctx, "job:"+job, engine.WithFencing(), engine.WithAutoExtend(maxJob))
-		if errors.Is(err, engine.ErrNotAcquired) && ctx.Err() == nil {
-			continue
-		}
+		lease, err := w.resume(ctx, job)
 		if err != nil {
 			return 0, err
+		}
+		if lease == nil {
+			// One round: a job held by another worker is skipped, not
+			// waited for. The lease keeps itself alive while this process
+			// runs, so a job may take longer than the TTL; a stopped or
+			// dead worker stops extending, and its lease ends within a TTL.
+			lease, err = w.engine.TryAcquire(ctx, "job:"+job, engine.WithFencing(), engine.WithAutoExtend(maxJob))
+			if errors.Is(err, engine.ErrNotAcquired) && ctx.Err() == nil {
+				continue
+			}
+			if err != nil {
+				return 0, err
+			}
+			fmt.Printf("job %s start %d\n", job, lease.Token())
 		}
 		if err := w.do(ctx, lease, job); err != nil {
 			return 0, err
@@ -150,11 +161,45 @@ func (w *worker) pass(ctx context.Context) (left int, err error) {
 	return w.store.Left(ctx, w.jobs)
 }
 
+// resume takes up the job's lease if a stopping worker handed it over
+// (-handoff): nil when none did, or the lease is gone.
+func (w *worker) resume(ctx context.Context, job string) (*engine.Lease, error) {
+	h, ok, err := w.store.TakeHandOff(ctx, job)
+	if err != nil || !ok {
+		return nil, err
+	}
+	lease, err := w.engine.Resume(ctx, h, engine.WithAutoExtend(maxJob))
+	if errors.Is(err, engine.ErrNotAcquired) && ctx.Err() == nil {
+		log.Printf("job %s: the lease handed over is gone: %v", job, err)
+		return nil, nil // its keys expired: the job is taken as any other
+	}
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("job %s resume %d\n", job, lease.Token())
+	return lease, nil
+}
+
+// handOff lets the job's lease go without releasing it (Detach), and
+// leaves its handle in the store for another worker to take it up.
+// The engine's Close, as this worker stops, no longer releases it.
+func (w *worker) handOff(ctx context.Context, lease *engine.Lease, job string) error {
+	h, err := lease.Detach()
+	if err != nil {
+		fmt.Printf("job %s lost %d\n", job, lease.Token())
+		return nil
+	}
+	if err := w.store.HandOff(context.WithoutCancel(ctx), job, h); err != nil {
+		return err
+	}
+	fmt.Printf("job %s handoff %d\n", job, h.Token)
+	return nil
+}
+
 // do does one job under its lease and releases the lease.
 func (w *worker) do(ctx context.Context, lease *engine.Lease, job string) error {
 	defer lease.Release(context.Background())
 	token := lease.Token()
-	fmt.Printf("job %s start %d\n", job, token)
 
 	// Fence first: the store raises the job's fence to this token, so a
 	// write of an earlier holder still on its way is refused from now on,
@@ -175,8 +220,19 @@ func (w *worker) do(ctx context.Context, lease *engine.Lease, job string) error 
 	}
 
 	// The work runs under the lease's context: it stops when the lease
-	// ends (lost, or the engine closed), before the lease's Until.
-	result, err := work(lease.Context(), job, w.work)
+	// ends (lost, or the engine closed), before the lease's Until; with
+	// -handoff, also when this worker is told to stop, which hands the
+	// job over.
+	workCtx := lease.Context()
+	if w.handoff {
+		var cancel context.CancelFunc
+		workCtx, cancel = lease.WithContext(ctx)
+		defer cancel()
+	}
+	result, err := work(workCtx, job, w.work)
+	if err != nil && w.handoff && ctx.Err() != nil && lease.Err() == nil {
+		return w.handOff(ctx, lease, job)
+	}
 	if err != nil {
 		fmt.Printf("job %s lost %d\n", job, token)
 		log.Printf("job %s: %v", job, context.Cause(lease.Context()))

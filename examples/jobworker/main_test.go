@@ -194,3 +194,42 @@ func token(t *testing.T, s string) uint64 {
 	}
 	return n
 }
+
+// TestHandOff stops a worker (SIGTERM) during a job with -handoff: it
+// lets the job's lease go with Detach, leaves the lease's handle in the
+// store and exits, closing its engine, which releases nothing: the keys
+// stay on every lock node. The next worker takes the lease up with
+// Resume, token and all, and the store takes its result under that
+// token.
+func TestHandOff(t *testing.T) {
+	locks := redisproc.Start(t, 3)
+	store := redisproc.Start(t, 1).Nodes[0]
+	if err := engine.MarkNew(context.Background(), engine.Config{Nodes: locks.Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	args := func(name string) []string {
+		return []string{"-nodes", strings.Join(locks.Addrs(), ","), "-store", store.Addr(), "-name", name,
+			"-jobs", "1", "-ttl", "5s", "-work", "2s", "-handoff"}
+	}
+	w0 := proctest.Start(t, "w0", args("w0")...)
+	testwait.Eventually(t, 20*time.Second, "w0 takes the job", func() bool { return len(w0.Fields("job", "1", "start")) > 0 })
+	tok := w0.Fields("job", "1", "start")[0][3]
+	w0.Signal(t, syscall.SIGTERM)
+	testwait.Eventually(t, 10*time.Second, "w0 exits", w0.Exited)
+	if code, _ := w0.ExitCode(); code != 0 || len(w0.Fields("job", "1", "handoff", tok)) != 1 {
+		t.Fatalf("w0 exited with %d, printing %q; want it to hand job 1 over", code, w0.Lines())
+	}
+	key := engine.DefaultKeyPrefix + "{job:1}"
+	for i, n := range locks.Nodes {
+		if _, ok, err := n.Get(context.Background(), key); err != nil || !ok {
+			t.Errorf("lock node %d: no key of the job's lease after w0 exited (%v)", i, err)
+		}
+	}
+
+	w1 := proctest.Start(t, "w1", args("w1")...)
+	testwait.Eventually(t, 20*time.Second, "w1 exits", w1.Exited)
+	if code, _ := w1.ExitCode(); code != 0 || len(w1.Fields("job", "1", "resume", tok)) != 1 || len(w1.Fields("job", "1", "done", tok)) != 1 {
+		t.Fatalf("w1 exited with %d, printing %q; want it to take up job 1 with token %s and do it", code, w1.Lines(), tok)
+	}
+	wantJob(t, store, "1", token(t, tok), 1, 0)
+}

@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/redis/rueidis"
+
+	"github.com/redlease/redlease/engine"
 )
 
 // The store: a Redis of its own (not one of the lock nodes) that keeps
@@ -16,12 +20,16 @@ import (
 //	                    and worker of the accepted result, writes (results
 //	                    accepted), rejected (claims and writes refused)
 //	jobworker:done      set of the ids of the jobs done
+//	jobworker:handoff:<id>  the job's lease's engine.Handle, as JSON, from a
+//	                    worker that stopped during the job (-handoff); it
+//	                    lives as long as the lease's TTL
 //
 // Both scripts compare the caller's token with the fence in the same
 // step as they write, which is what makes the fence hold.
 const (
-	jobKeyPrefix = "jobworker:job:"
-	doneKey      = "jobworker:done"
+	jobKeyPrefix     = "jobworker:job:"
+	doneKey          = "jobworker:done"
+	handOffKeyPrefix = "jobworker:handoff:"
 )
 
 var (
@@ -59,6 +67,32 @@ func (s *store) Done(ctx context.Context, job string) (bool, error) {
 func (s *store) Left(ctx context.Context, n int) (int, error) {
 	done, err := s.client.Do(ctx, s.client.B().Scard().Key(doneKey).Build()).AsInt64()
 	return n - int(done), err
+}
+
+// HandOff leaves the handle of the job's lease for another worker, for
+// the lease's TTL.
+func (s *store) HandOff(ctx context.Context, job string, h engine.Handle) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	return s.client.Do(ctx, s.client.B().Set().Key(handOffKeyPrefix+job).Value(string(b)).Px(h.TTL).Build()).Error()
+}
+
+// TakeHandOff takes the handle a stopping worker left for the job, if
+// any: one worker gets it.
+func (s *store) TakeHandOff(ctx context.Context, job string) (h engine.Handle, ok bool, err error) {
+	b, err := s.client.Do(ctx, s.client.B().Getdel().Key(handOffKeyPrefix+job).Build()).AsBytes()
+	switch {
+	case rueidis.IsRedisNil(err):
+		return h, false, nil
+	case err != nil:
+		return h, false, err
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return h, false, fmt.Errorf("jobworker: the handle left for job %s: %w", job, err)
+	}
+	return h, true, nil
 }
 
 // Claim raises the job's fence to token and reports whether the job is

@@ -140,6 +140,13 @@ next:
 	return found
 }
 
+// Stderr returns what the process wrote on its standard error so far.
+func (p *Proc) Stderr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
 // Signal sends sig to the process.
 func (p *Proc) Signal(t *testing.T, sig os.Signal) {
 	t.Helper()
