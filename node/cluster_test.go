@@ -237,10 +237,20 @@ func TestClusterQuarantineAndMarkers(t *testing.T) {
 	held := 10 * q
 	key := LockKey("t:", "0")
 	round := uint64(10000)
-	// Its record lengthens the quarantine of first sight: waited out.
+	// Its record lengthens the quarantine of first sight, on every shard
+	// (they share the horizon, each from its next probe): waited out.
 	testwait.Eventually(t, 5*time.Second, "an acquire of "+held.String()+" granted", func() bool {
 		round++
 		return h.askAll([]Command{&Acquire{Request: h.req(key, "me", round), TTL: held}})[round].Outcome == Granted
+	})
+	time.Sleep(2 * 100 * time.Millisecond) // two HealthIntervals: every shard probed since
+	testwait.Eventually(t, 5*time.Second, "no shard quarantined", func() bool {
+		for _, n := range h.node.Cluster().Shards() {
+			if n.Stats().QuarantineUntil.After(time.Now()) {
+				return false
+			}
+		}
+		return true
 	})
 	moved := time.Now()
 	to := h.moveSlot(hashslot.Of(key))

@@ -356,16 +356,15 @@ type health struct {
 	epoch           string // what every acquire batch requires (epoch), made once per probe
 	evicts          string // the node's maxmemory-policy, when it may evict lock keys
 	down            bool
-	downErr         error         // why it went down
-	failures        int           // consecutive failed batches or probes
-	failedAt        time.Time     // when the last was counted
-	quarantineUntil time.Time     // acquires refused before it
-	quarantineErr   error         // they are refused with it: ErrQuarantined, with why
-	lossAt          time.Time     // since when the latest quarantine counts (quarantine)
-	horizon         time.Duration // the longest TTL recorded on the engine's nodes (Horizon)
-	record          recorded      // what the node's TTL record is known to hold
-	evicting        error         // acquires refused with it: the node may evict lock keys (ErrEvicting)
-	epochPending    bool          // write the epoch marker once the quarantine is over
+	downErr         error     // why it went down
+	failures        int       // consecutive failed batches or probes
+	failedAt        time.Time // when the last was counted
+	quarantineUntil time.Time // acquires refused before it
+	quarantineErr   error     // they are refused with it: ErrQuarantined, with why
+	lossAt          time.Time // since when the latest quarantine counts (quarantine)
+	record          recorded  // what the node's TTL record is known to hold
+	evicting        error     // acquires refused with it: the node may evict lock keys (ErrEvicting)
+	epochPending    bool      // write the epoch marker once the quarantine is over
 	probeDue        bool
 	configDenied    bool // said so (denied)
 
@@ -599,7 +598,12 @@ func (a *nodeActor) quarantineTill(until time.Time) bool {
 // quarantineFor is how long a node that may have lost lock keys sits out:
 // Config.Quarantine, or the longest TTL recorded on the engine's nodes if
 // longer (see horizon.go).
-func (a *nodeActor) quarantineFor() time.Duration { return max(a.cfg.Quarantine, a.health.horizon) }
+//
+// The sender goroutines read it too (a -1 says until when): horizon is
+// atomic, written by the actor alone.
+func (a *nodeActor) quarantineFor() time.Duration {
+	return max(a.cfg.Quarantine, time.Duration(a.horizon.Load()))
+}
 
 // sawRecord takes what the node's TTL record holds (a probe's read, or an
 // update's answer). When the engine's nodes record a TTL longer than this
@@ -609,14 +613,14 @@ func (a *nodeActor) quarantineFor() time.Duration { return max(a.cfg.Quarantine,
 // nodes' may be read only now.
 func (a *nodeActor) sawRecord(d time.Duration) {
 	before := a.quarantineFor()
-	a.health.horizon = a.cfg.Horizon.saw(a.cfg.Addr, d)
+	a.horizon.Store(int64(a.cfg.Horizon.saw(a.cfg.Addr, d)))
 	grow := a.quarantineFor() - before
 	if grow <= 0 || !a.quarantineOn() {
 		return
 	}
 	if until := a.health.lossAt.Add(a.quarantineFor()); until.After(time.Now()) && a.quarantineTill(until) {
 		a.cfg.Logger.Warn("redlease: an engine uses longer leases on these nodes than this one's quarantine lasts; the node sits out longer",
-			"node", a.cfg.Addr, "recorded", a.health.horizon, "until", a.health.quarantineUntil)
+			"node", a.cfg.Addr, "recorded", time.Duration(a.horizon.Load()), "until", a.health.quarantineUntil)
 	}
 	for s, until := range a.health.slotsOut {
 		a.health.slotsOut[s] = until.Add(grow)

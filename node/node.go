@@ -271,9 +271,10 @@ type nodeActor struct {
 	deep     *time.Timer // flushes deepEvery after lastSent, on a slow link
 	deepSet  bool        // deep is set
 	alone    bool
-	seen     *[]uint16   // on a cluster's shard, the Slots the actor last saw (slotsSeen)
-	noPlain  atomic.Bool // the node refused MULTI: acquires go through the script (plain.go)
-	stopping bool        // nothing more goes on the wire
+	seen     *[]uint16    // on a cluster's shard, the Slots the actor last saw (slotsSeen)
+	noPlain  atomic.Bool  // the node refused MULTI: acquires go through the script (plain.go)
+	horizon  atomic.Int64 // the longest TTL recorded on the engine's nodes (Horizon, sawRecord)
+	stopping bool         // nothing more goes on the wire
 	stats    counters
 	health   health
 
