@@ -517,7 +517,15 @@ func (a *nodeActor) checked(at time.Time, info Info) {
 		// taken writes until then: count from now.
 		a.quarantine(at)
 	}
-	if info.Trusted() && !a.health.quarantined(at) {
+	// A marker that names the dataset makes the pending mark needless
+	// (another engine wrote it): on a standalone node, where it is the
+	// only one. A cluster's shard has one per slot, and the probe read
+	// one: a mark cut short (its deadline passed after some of the
+	// thousands) leaves the first slots marked and the others not, whose
+	// acquires would find their markers another master's and sit out a
+	// second quarantine. There only the shard's own whole mark ends it
+	// (batchDone), skipping the markers that name the dataset already.
+	if info.Trusted() && !a.health.quarantined(at) && a.cfg.Slots == nil {
 		a.health.epochPending = false
 	}
 }
