@@ -226,13 +226,16 @@ func (r *run) longerLeases(ctx context.Context, rng *rand.Rand, k int, hold time
 	three := r.next(FaultLongerLeases, k, 3)
 	a, b, c := three[0], three[1], three[2]
 	// An odd resource: its holders write nothing (see hold). The workers
-	// contend for it: A tries until it gets it, within its TTL.
+	// contend for it: A waits its turn in their line (woken by their
+	// releases), and tries again until it gets it, within four of its
+	// TTLs (on a loaded machine, the last fault's quarantines may not be
+	// over).
 	resource := fmt.Sprintf("res-%d", 1+2*rng.IntN(max(1, r.cfg.Resources/2)))
-	actx, cancel := context.WithTimeout(ctx, ttl)
+	actx, cancel := context.WithTimeout(ctx, 4*ttl)
 	defer cancel()
 	var l *engine.Lease
 	for {
-		if l, err = long.Acquire(actx, resource, workerRetry); err == nil {
+		if l, err = long.Acquire(actx, resource); err == nil {
 			break
 		}
 		if !sleep(actx, 10*time.Millisecond) {
