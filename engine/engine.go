@@ -135,8 +135,7 @@ func connect(cfg *Config) ([]reach, error) {
 				i, cfg.Nodes[i], info.Evicts, ErrEvicting)
 		}
 		if j, dup := seen[info.RunID]; dup && j != i {
-			return fmt.Errorf("redlease: config: Nodes[%d] %q and Nodes[%d] %q are the same server (run_id %s): one server must not vote twice",
-				j, cfg.Nodes[j], i, cfg.Nodes[i], info.RunID)
+			return sameServer(cfg, j, i, info.RunID)
 		}
 		seen[info.RunID] = i
 		return nil
@@ -288,6 +287,12 @@ func MarkNew(ctx context.Context, cfg Config) error {
 		return err
 	}
 	reached := probeAll(ctx, &cfg)
+	if _, err := twice(&cfg, reached); err != nil {
+		for _, r := range reached {
+			r.close()
+		}
+		return fmt.Errorf("redlease: mark new nodes: %w", err)
+	}
 	errs := make([]error, len(reached))
 	for i, r := range reached {
 		errs[i] = r.err
@@ -300,6 +305,30 @@ func MarkNew(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("redlease: mark new nodes: %w", err)
 	}
 	return nil
+}
+
+// sameServer is the refusal of Nodes[j] and Nodes[i], which reach one
+// server (run id).
+func sameServer(cfg *Config, j, i int, runID string) error {
+	return fmt.Errorf("redlease: config: Nodes[%d] %q and Nodes[%d] %q are the same server (run_id %s): one server must not vote twice",
+		j, cfg.Nodes[j], i, cfg.Nodes[i], runID)
+}
+
+// twice is New's refusal of two entries of Nodes that probeAll found to
+// reach one server, for MarkNew and InspectNodes (New also judges a
+// cluster's masters so): the entry named second, and the error.
+func twice(cfg *Config, reached []reach) (int, error) {
+	seen := make(map[string]int, len(reached))
+	for i, r := range reached {
+		if r.info == nil {
+			continue
+		}
+		if j, dup := seen[r.info.RunID]; dup {
+			return i, sameServer(cfg, j, i, r.info.RunID)
+		}
+		seen[r.info.RunID] = i
+	}
+	return -1, nil
 }
 
 // markNew writes the epoch marker of one node that probeAll reached: on

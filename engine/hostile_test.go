@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlease/redlease/internal/redisproc"
 	"github.com/redlease/redlease/internal/testwait"
 )
 
@@ -176,5 +177,29 @@ func TestNewWithSilentNodes(t *testing.T) {
 	var ae *AcquireError
 	if errors.As(err, &ae) {
 		t.Fatal("New returned an AcquireError")
+	}
+}
+
+// MarkNew and InspectNodes (so redlease mark-new and nodes) refuse one
+// server under two names as New does (issue 45, item 7): before, MarkNew
+// marked it twice and said nothing, and InspectNodes reported two
+// healthy nodes.
+func TestMarkNewAndInspectRefuseTheSameServerTwice(t *testing.T) {
+	c := redisproc.Start(t, 3)
+	addrs := c.Addrs()
+	_, port, _ := net.SplitHostPort(addrs[0])
+	cfg := Config{Nodes: []string{addrs[0], "localhost:" + port, addrs[1]}}
+	if err := MarkNew(t.Context(), cfg); err == nil || !strings.Contains(err.Error(), "are the same server") {
+		t.Fatalf("MarkNew of one server under two names: %v, want it refused", err)
+	}
+	if marker, ok, _ := c.Nodes[0].Get(t.Context(), DefaultKeyPrefix+"lineage"); ok {
+		t.Fatalf("MarkNew refused, yet node 0 holds a marker %q", marker)
+	}
+	reports, err := InspectNodes(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reports[0].Err != nil || reports[1].Err == nil || !strings.Contains(reports[1].Err.Error(), "are the same server") {
+		t.Fatalf("InspectNodes: %v / %v, want the second name refused as the same server", reports[0].Err, reports[1].Err)
 	}
 }

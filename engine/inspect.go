@@ -101,9 +101,13 @@ func InspectNodes(ctx context.Context, cfg Config) ([]NodeReport, error) {
 	reached := probeAll(ctx, &cfg)
 	at := time.Now()
 	reports := make([]NodeReport, len(cfg.Nodes))
+	dup, dupErr := twice(&cfg, reached) // reported on the entry named second
 	for i, r := range reached {
 		r.close()
 		reports[i] = nodeReport(&cfg, cfg.Nodes[i], r.info, r.err, at)
+		if i == dup {
+			reports[i].Err = errors.Join(reports[i].Err, dupErr)
+		}
 		if r.view == nil {
 			continue
 		}
