@@ -603,7 +603,9 @@ func TestScheduleResumeAfterReload(t *testing.T) {
 			}
 			h.mustOwn(i, value)
 		}
-		h.lastTry("contender", func() (*engine.Lease, error) { return contender().Resume(ctx, engine.Handle{Resource: resource, Value: value}) })
+		h.lastTry("contender", func() (*engine.Lease, error) {
+			return contender().Resume(ctx, engine.Handle{Resource: resource, Value: value})
+		})
 	})
 }
 
