@@ -41,7 +41,8 @@ const recordSuffix = ":ttl"
 // ttl (EVAL: about once per TTL, so the script's bytes cost little, and a
 // node whose script cache lost it still runs it).
 func recordCmd(c rueidis.Client, key string, ttl time.Duration) rueidis.Completed {
-	return c.B().Eval().Script(recordLua).Numkeys(1).Key(key).Arg(strconv.FormatInt(ttl.Milliseconds(), 10)).Build()
+	return c.B().Eval().Script(recordLua).Numkeys(1).Key(key).
+		Arg(strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt((recordSlack*ttl).Milliseconds(), 10)).Build()
 }
 
 // Horizon is the longest TTL recorded on an engine's nodes, as their
