@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -366,6 +367,7 @@ type health struct {
 	evicting        error     // acquires refused with it: the node may evict lock keys (ErrEvicting)
 	epochPending    bool      // write the epoch marker once the quarantine is over
 	probeDue        bool
+	probesLate      int  // probes in a row that ran out of time (probeTimeout)
 	configDenied    bool // said so (denied)
 
 	// slotsOut, on a cluster's shard: slots that sit out a quarantine of
@@ -635,7 +637,27 @@ func (a *nodeActor) sawRecord(d time.Duration) {
 	}
 }
 
-func (a *nodeActor) probeTimeout() time.Duration { return max(a.cfg.Timeout, 100*time.Millisecond) }
+// probeTimeout bounds a probe: at least the node timeout and 100ms,
+// doubled for each probe in a row that ran out of time, up to
+// maxProbeTimeout. A probe that never fits its bound keeps its node down
+// for good: a process starved of CPU (a GC storm, a noisy neighbour)
+// answered 100ms probes late for minutes on end, each of them failing
+// and sent again, which fed the starvation they measured. A longer bound
+// costs no safety (the probe's findings date from its answer) and little
+// time back: a paused server answers the waiting probe when it resumes.
+func (a *nodeActor) probeTimeout() time.Duration {
+	base := max(a.cfg.Timeout, 100*time.Millisecond)
+	return min(base<<min(a.health.probesLate, 8), max(base, maxProbeTimeout))
+}
+
+// maxProbeTimeout bounds probeTimeout's growth.
+const maxProbeTimeout = 2 * time.Second
+
+// late reports whether err is a probe's running out of time.
+func late(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
 
 func (a *nodeActor) probe(j job) {
 	m := &probed{}
@@ -650,10 +672,13 @@ func (a *nodeActor) probe(j job) {
 func (a *nodeActor) probeDone(m *probed) {
 	defer a.armProbe()
 	if m.err != nil {
+		if late(m.err) {
+			a.health.probesLate++
+		}
 		a.failure(m.err)
 		return
 	}
-	a.health.failures = 0
+	a.health.failures, a.health.probesLate = 0, 0
 	if m.info.Replica {
 		// Dialled again at the next probe: behind one address (a DNS name,
 		// a proxy), a failover leaves this connection with the demoted

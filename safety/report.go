@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlease/redlease/engine"
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
@@ -213,6 +214,7 @@ func split[E explainer](overlaps []Overlap, why []E) (ours, explained []Overlap)
 func (r *run) progress(ctx context.Context, start time.Time) {
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
+	last := -1
 	for {
 		select {
 		case <-ctx.Done():
@@ -222,6 +224,11 @@ func (r *run) progress(ctx context.Context, start time.Time) {
 			w, s := r.store.Counts()
 			r.cfg.Logf("safety: %v: %d acquisitions, %d overlaps (clock jumps included), %d writes, %d stale rejected",
 				time.Since(start).Round(time.Second), r.rec.Count(), len(ov), w, s)
+			if n := r.rec.Count(); n == last {
+				r.stalled()
+			} else {
+				last = n
+			}
 		}
 	}
 }
@@ -232,4 +239,28 @@ func p99(ds []time.Duration) time.Duration {
 	}
 	slices.Sort(ds)
 	return ds[len(ds)*99/100]
+}
+
+// stalled logs why no worker acquired anything lately: the workers' last
+// error and what the first engine says of its nodes.
+func (r *run) stalled() {
+	if err := r.lastErr.Load(); err != nil {
+		r.cfg.Logf("safety: stalled; a worker's last error: %v", *err)
+	}
+	r.mu.Lock()
+	var e *engine.Engine
+	if len(r.engines) > 0 {
+		e = r.engines[0]
+	}
+	r.mu.Unlock()
+	if e != nil {
+		for _, n := range e.Stats().Nodes {
+			r.cfg.Logf("safety: stalled: node %s: down %v pending %d quarantined %v slots out %d restarts %d",
+				n.Addr, n.Down, n.Pending, time.Until(n.QuarantinedUntil).Round(time.Millisecond), n.QuarantinedSlots, n.Restarts)
+			for _, sh := range n.Shards {
+				r.cfg.Logf("safety: stalled:   shard %s: down %v pending %d quarantined %v slots out %d",
+					sh.Addr, sh.Down, sh.Pending, time.Until(sh.QuarantinedUntil).Round(time.Millisecond), sh.QuarantinedSlots)
+			}
+		}
+	}
 }

@@ -372,6 +372,7 @@ type run struct {
 
 	nodesDown    atomic.Int32 // nodes dead or paused right now
 	failures     atomic.Int64
+	lastErr      atomic.Pointer[error] // a worker's last failure, for a stalled run's log
 	lost         atomic.Int64
 	pauses       atomic.Int64
 	noDone       atomic.Int64

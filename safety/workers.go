@@ -90,6 +90,7 @@ func (r *run) worker(ctx context.Context, e *engine.Engine, name string, rng *ra
 		}
 		if err := r.hold(ctx, e, name, rng); err != nil && ctx.Err() == nil {
 			r.failures.Add(1)
+			r.lastErr.Store(&err)
 		}
 	}
 }
