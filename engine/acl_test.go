@@ -29,6 +29,7 @@ func TestACLDeniedCommands(t *testing.T) {
 // The same on a Redis Cluster, whose every master has the user: and
 // without CLUSTER, the engine cannot find the cluster's masters.
 func TestACLDeniedOnACluster(t *testing.T) {
+	t.Parallel() // it waits on its own cluster or master set, not on the CPU
 	c := redisproc.StartRedisClusterT(t, 3, 0)
 	testACL(t, []string{clusterNode(c)}, c.Servers, []aclCase{{"no CLUSTER", []string{"-cluster"}, "CLUSTER SHARDS"}})
 }

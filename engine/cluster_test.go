@@ -28,6 +28,7 @@ func clusterNode(c *redisproc.RedisCluster) string {
 // resource's shard); InspectLocks finds a held lease on whichever master
 // its slot lives; InspectNodes reports each master.
 func TestClusterNode(t *testing.T) {
+	t.Parallel() // it waits on its own cluster or master set, not on the CPU
 	c := redisproc.StartRedisClusterT(t, 3, 0)
 	spec := clusterNode(c)
 	if err := MarkNew(t.Context(), Config{Nodes: []string{spec}}); err != nil {
@@ -130,6 +131,7 @@ func TestClusterNode(t *testing.T) {
 // meets the new master first), while the resources of the other shards
 // keep being served.
 func TestClusterFailoverIsAShardRestart(t *testing.T) {
+	t.Parallel() // it waits on its own cluster or master set, not on the CPU
 	const ttl = 8 * time.Second // well beyond a failover
 	c := redisproc.StartRedisClusterT(t, 3, 1)
 	spec := clusterNode(c)
@@ -267,6 +269,7 @@ func TestClusterFailoverIsAShardRestart(t *testing.T) {
 // again, as a node of its own or in a second cluster entry, is refused
 // (it would vote twice), and so is one that may evict lock keys.
 func TestClusterMastersJudgedAtNew(t *testing.T) {
+	t.Parallel() // it waits on its own cluster or master set, not on the CPU
 	c := redisproc.StartRedisClusterT(t, 3, 0)
 	spec := clusterNode(c)
 	if e, err := New(Config{Nodes: []string{spec, c.Addrs()[1], "127.0.0.1:1"}}); !errors.Is(err, ErrClusterMaster) {
@@ -304,6 +307,7 @@ func TestClusterMastersJudgedAtNew(t *testing.T) {
 // their first acquires sat them out a second full quarantine (issue 43,
 // item 7: in 2 of 6 failovers, 1-3 slots out for another TTL).
 func TestClusterFailoverQuarantinesOnce(t *testing.T) {
+	t.Parallel() // it waits on its own cluster or master set, not on the CPU
 	const ttl = 2 * time.Second
 	c := redisproc.StartRedisClusterT(t, 3, 1)
 	spec := clusterNode(c)

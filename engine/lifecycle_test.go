@@ -61,6 +61,7 @@ func kinds(evs []Event) []EventKind {
 }
 
 func TestAutoExtendKeepsLeaseAlive(t *testing.T) {
+	t.Parallel() // it waits out TTLs on nodes of its own
 	c := startNodes(t, 5)
 	e := newEngine(t, c.Addrs())
 	ctx := t.Context()

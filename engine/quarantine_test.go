@@ -147,6 +147,7 @@ func TestMarkNewRefusesLiveLocks(t *testing.T) {
 // while the long lease is valid. Without the record it did: both sat out
 // only 500ms.
 func TestQuarantineFollowsLongestRecordedTTL(t *testing.T) {
+	t.Parallel() // it waits out TTLs on nodes of its own
 	const long, short = 6 * time.Second, 500 * time.Millisecond
 	c := startNodes(t, 3)
 	brief := newEngine(t, c.Addrs(), func(cfg *Config) {

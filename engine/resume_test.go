@@ -23,6 +23,7 @@ import (
 // writes nothing; Check says what each node holds; and the resumed lease's
 // release deletes its own keys alone.
 func TestResumeEveryPattern(t *testing.T) {
+	t.Parallel() // it waits out TTLs on nodes of its own
 	c := startNodes(t, 5)
 	e := newEngine(t, c.Addrs(), slowMachine)
 	ctx := t.Context()

@@ -26,6 +26,7 @@ func sentinelNode(s *redisproc.SentinelSet) string {
 // names the old master's dataset) sits it out too; then the new master
 // serves, and InspectNodes names it.
 func TestSentinelFailoverIsARestart(t *testing.T) {
+	t.Parallel() // it waits on its own cluster or master set, not on the CPU
 	const ttl = 8 * time.Second // well beyond a failover (2.5-3s here, more on a loaded machine)
 	s := redisproc.StartSentinel(t, 2, 3)
 	spec := sentinelNode(s)
@@ -100,6 +101,7 @@ func TestSentinelFailoverIsARestart(t *testing.T) {
 // time, not the node; with two of three stopped, the engine cannot know
 // the master and the node is down, not guessed.
 func TestSentinelMajority(t *testing.T) {
+	t.Parallel() // it waits on its own cluster or master set, not on the CPU
 	s := redisproc.StartSentinel(t, 1, 3)
 	spec := sentinelNode(s)
 	if err := MarkNew(t.Context(), Config{Nodes: []string{spec}}); err != nil {

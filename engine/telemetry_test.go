@@ -306,6 +306,7 @@ func TestTelemetryNoopCostsNothing(t *testing.T) {
 // A Redis Cluster node's figures carry the shard, its master's address:
 // each shard's state and round trips.
 func TestTelemetryOfACluster(t *testing.T) {
+	t.Parallel() // it waits on its own cluster or master set, not on the CPU
 	c := redisproc.StartRedisClusterT(t, 2, 0)
 	spec := clusterNode(c)
 	if err := MarkNew(t.Context(), Config{Nodes: []string{spec}}); err != nil {

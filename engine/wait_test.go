@@ -300,6 +300,7 @@ func TestWakeWithNodesUnableToNotify(t *testing.T) {
 // microseconds after it: the nodes queue waiters by when they joined their
 // lines to the microsecond, not by chance among those of one millisecond.
 func TestWaitersAcrossEnginesInOrder(t *testing.T) {
+	t.Parallel() // it waits out TTLs on nodes of its own
 	t.Run("milliseconds apart", func(t *testing.T) { testWaitersInOrder(t, 5, true) })
 	t.Run("microseconds apart", func(t *testing.T) { testWaitersInOrder(t, 12, false) })
 }

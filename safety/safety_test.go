@@ -35,7 +35,7 @@ func TestBoundedRun(t *testing.T) {
 	// other kinds.
 	kinds := slices.DeleteFunc(Kinds(), func(k string) bool { return hits(k) == ClusterNode })
 	topology := []string{Sentinel, Standalone, Standalone, Standalone, Standalone}
-	rep, err := Run(t.Context(), Config{Topology: topology, Duration: time.Minute, MinEach: 2, Faults: true, Kinds: kinds, Logf: t.Logf})
+	rep, err := Run(t.Context(), Config{Topology: topology, Duration: 40 * time.Second, MinEach: 2, Faults: true, Kinds: kinds, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestBoundedRunOnClusters(t *testing.T) {
 	// machine the engines stalled for 20-30s on end (at this stop's head
 	// and the one before it alike, beside the engine's tests), and a fixed
 	// 70s or 90s missed a kind's second time.
-	rep, err := Run(t.Context(), Config{Topology: []string{ClusterNode, Standalone, Standalone}, Duration: 50 * time.Second, MinEach: 2,
+	rep, err := Run(t.Context(), Config{Topology: []string{ClusterNode, Standalone, Standalone}, Duration: 30 * time.Second, MinEach: 2,
 		Faults: true, Resources: 8, Kinds: append(slices.Clone(kinds), FaultNewEngine, FaultKillRestart), Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestBoundedRunOnClusters(t *testing.T) {
 // clock jumps are left out, as no single node survives them.
 func TestBoundedRunOnOneNode(t *testing.T) {
 	kinds := slices.DeleteFunc(Kinds(), func(k string) bool { return k == FaultClockJump || hits(k) != Standalone })
-	rep, err := Run(t.Context(), Config{Nodes: 1, Duration: 20 * time.Second, Faults: true, Kinds: kinds, Resources: 8, Logf: t.Logf})
+	rep, err := Run(t.Context(), Config{Nodes: 1, Duration: 15 * time.Second, Faults: true, Kinds: kinds, Resources: 8, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}

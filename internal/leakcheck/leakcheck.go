@@ -45,7 +45,9 @@ func leakedStacks(pkgs []string) string {
 	buf = buf[:runtime.Stack(buf, true)]
 	var leaked []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "leakcheck.") || strings.Contains(g, "testing.(*M)") {
+		// Not leaks: the checker, the test binary's main, and parallel
+		// tests waiting for their turn (testing.(*T).Parallel).
+		if strings.Contains(g, "leakcheck.") || strings.Contains(g, "testing.(*M)") || strings.Contains(g, "testing.(*T).Parallel(") {
 			continue
 		}
 		for _, pkg := range pkgs {
