@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,7 +21,8 @@ type fakeNodes struct {
 	system *actor.ActorSystem
 	pids   []*actor.PID
 	cmds   chan received
-	clock  Clock // the leases' (nil: the system's)
+	held   []received // taken from cmds out of turn (commands), for next
+	clock  Clock      // the leases' (nil: the system's)
 }
 
 type received struct {
@@ -44,6 +46,11 @@ func newFakeNodes(t *testing.T, n int) *fakeNodes {
 // next returns the next command any node received.
 func (f *fakeNodes) next(t *testing.T) received {
 	t.Helper()
+	if len(f.held) > 0 {
+		r := f.held[0]
+		f.held = f.held[1:]
+		return r
+	}
 	select {
 	case r := <-f.cmds:
 		return r
@@ -71,18 +78,28 @@ func round[T node.Command](t *testing.T, f *fakeNodes) (uint64, *actor.PID) {
 }
 
 // commands collects the next n commands the nodes received, which must
-// all be Ts, and the nodes they went to, in the order they came.
+// all be Ts, and the nodes they went to, in the order they came. Each
+// fake node forwards on its own goroutine, so a node already counted may
+// pass its next command (another round's) before the others pass this
+// one: it is held back for next, in its node's order, which is all the
+// lease may count on.
 func commands[T node.Command](t *testing.T, f *fakeNodes, n int) (nodes []int, cmds []T) {
 	t.Helper()
-	for range n {
+	var later []received
+	for len(cmds) < n {
 		got := f.next(t)
 		c, ok := got.cmd.(T)
+		if !ok && slices.Contains(nodes, got.node) {
+			later = append(later, got)
+			continue
+		}
 		if !ok {
 			var want T
 			t.Fatalf("node %d got %T, want %T", got.node, got.cmd, want)
 		}
 		nodes, cmds = append(nodes, got.node), append(cmds, c)
 	}
+	f.held = append(later, f.held...)
 	return nodes, cmds
 }
 
