@@ -535,7 +535,9 @@ func TestCancelMidRetry(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(150*time.Millisecond, cancel)
 	start := time.Now()
-	_, err = b.Acquire(ctx, "busy")
+	// Retries 1-2ms apart: several fit in 150ms on a loaded machine too
+	// (with the default delays, the second did not in one CI run).
+	_, err = b.Acquire(ctx, "busy", WithRetryDelay(time.Millisecond, 2*time.Millisecond))
 	took := time.Since(start)
 	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire cancelled mid-retry = %v, want ErrNotAcquired and context.Canceled", err)

@@ -447,11 +447,13 @@ func TestRestartQuarantine(t *testing.T) {
 // quarantine before it began. The quarantine counts from when the engine
 // sees the new process, never by its uptime.
 func TestQuarantineCountsFromTheLatestPossibleStart(t *testing.T) {
-	const q = 400 * time.Millisecond
-	// The restart at .9 of a wall-clock second (INFO's seconds follow
-	// it), the uptime read at .15 of the next: long enough that INFO
-	// counts the turn, and within the quarantine.
-	const atTheEnd, afterTheSecond = 900 * time.Millisecond, 250 * time.Millisecond
+	const q = time.Second
+	// The restart at .75 of a wall-clock second (INFO's seconds follow
+	// it; a restart takes up to 250ms on a loaded machine), the uptime
+	// read at .1 of the next: INFO counts the turn, 1s, while 350ms
+	// passed, and the quarantine has 650ms to go (counted from the
+	// uptime, it would have ended at .1).
+	const atTheEnd, afterTheSecond = 750 * time.Millisecond, 350 * time.Millisecond
 	h := newHarnessCfg(t, Config{Timeout: time.Second, Quarantine: q, HealthInterval: time.Hour, First: trusted})
 	ctx := t.Context()
 	for try := 1; ; try++ {

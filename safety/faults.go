@@ -68,6 +68,7 @@ func init() {
 		{FaultHeal, Standalone, 1, withoutHold((*run).heal), 1},
 		{FaultSentinelFailover, Sentinel, 1, withoutRand((*run).sentinelFailover), 1},
 		{FaultACL, Standalone, 1, (*run).acl, 1},
+		{FaultSwappedTwin, Stock, 1, withoutRand((*run).swappedTwin), 1},
 		{FaultShardFailover, ClusterNode, 1, onShard((*run).shardFailover), 1},
 		{FaultShardKill, ClusterNode, 1, onShard((*run).shardKill), 1},
 		{FaultSlotMigration, ClusterNode, 1, onShard((*run).slotMigration), 1},
@@ -95,8 +96,8 @@ func kindNamed(kind string) (faultKind, bool) {
 }
 
 // hits is the kind of node a fault of kind hits (and only those):
-// Sentinel for master sets, ClusterNode for clusters, Standalone for the
-// others, most of them through the node's proxy.
+// Sentinel for master sets, ClusterNode for clusters, Stock for a swapped
+// twin, Standalone for the others, most of them through the node's proxy.
 func hits(kind string) string {
 	f, _ := kindNamed(kind)
 	return f.hits

@@ -108,7 +108,7 @@ type Config struct {
 	// (free ports, temporary directories), breaks, and stops at the end.
 	// [5, or len(Topology)]
 	Nodes int
-	// Topology gives the kind of each node, Standalone, Sentinel,
+	// Topology gives the kind of each node, Standalone, Stock, Sentinel,
 	// SentinelDefault or ClusterNode; nil: Nodes standalone nodes. Each
 	// fault kind hits the nodes of its kind (hits); one that finds none is
 	// not injected.
@@ -177,10 +177,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		clusters:  make([]*redisproc.RedisCluster, cfg.Nodes),
 		restarted: make([]time.Time, cfg.Nodes)}
 	defer r.cluster.Close()
+	r.stock = make([]bool, cfg.Nodes)
 	for i, kind := range cfg.Topology {
 		switch kind {
-		case Standalone:
-			c, err := redisproc.StartNodes(1)
+		case Standalone, Stock:
+			start := redisproc.StartNodes
+			if kind == Stock {
+				start, r.stock[i] = redisproc.StartBenchNodes, true // DEBUG off
+			}
+			c, err := start(1)
 			if err != nil {
 				return Report{}, fmt.Errorf("safety: %w", err)
 			}
@@ -213,7 +218,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			r.cluster.Nodes = append(r.cluster.Nodes, c.Servers[0]) // a master, at first
 			r.clusters[i], r.addrs[i] = c, node.Target{Cluster: c.Addrs()}.String()
 		default:
-			return Report{}, fmt.Errorf("safety: node kind %q: the kinds are %q, %q, %q and %q", kind, Standalone, Sentinel, SentinelDefault, ClusterNode)
+			return Report{}, fmt.Errorf("safety: node kind %q: the kinds are %q, %q, %q, %q and %q", kind, Standalone, Stock, Sentinel, SentinelDefault, ClusterNode)
 		}
 	}
 	r.log = newEngineLog(r.addrs)
@@ -363,6 +368,7 @@ type run struct {
 	sets    []*redisproc.SentinelSet // the master sets; nil for a standalone node
 	// clusters are the Redis Clusters; nil for a node of another kind.
 	clusters []*redisproc.RedisCluster
+	stock    []bool   // the Stock nodes
 	addrs    []string // the proxies' and master sets', which the engines dial
 	rec      Recorder
 	store    Store

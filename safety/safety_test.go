@@ -32,7 +32,7 @@ func TestBoundedRun(t *testing.T) {
 	// is a Sentinel master set, so that its failovers meet the other
 	// kinds.
 	kinds := slices.DeleteFunc(Kinds(), func(k string) bool { return hits(k) == ClusterNode })
-	topology := []string{Sentinel, Standalone, Standalone, Standalone, Standalone}
+	topology := []string{Sentinel, Standalone, Standalone, Standalone, Stock}
 	rep, err := Run(t.Context(), Config{Topology: topology, Duration: 40 * time.Second, MinEach: 2, Faults: true, Kinds: kinds, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)

@@ -34,6 +34,8 @@ func (r *run) kindOf(i int) string {
 		return Sentinel
 	case r.clusterOf(i) != nil:
 		return ClusterNode
+	case i < len(r.stock) && r.stock[i]:
+		return Stock
 	}
 	return Standalone
 }

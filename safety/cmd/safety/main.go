@@ -39,7 +39,7 @@ func main() {
 	flag.DurationVar(&cfg.RestartQuarantine, "quarantine", 0, "restart quarantine (0: the engine's default, the TTL; negative, e.g. -1s: off, to see the checker catch violations)")
 	flag.BoolVar(&cfg.UnsafeEviction, "unsafe-eviction", false, "let nodes that may evict lock keys grant (Config.UnsafeEviction), to see the checker catch violations")
 	nodes := flag.Int("nodes", 5, "redis-server nodes to start")
-	topology := flag.String("topology", "", "comma-separated kind of each node, standalone, sentinel (a Sentinel master set: a master, a replica, three sentinels) sentinel-default (one whose sentinels run with Sentinel's own periods: INFO every 10s, hello every 2s) or cluster (a Redis Cluster: 3 masters with a replica each), e.g. cluster,standalone,standalone; overrides -nodes")
+	topology := flag.String("topology", "", "comma-separated kind of each node, standalone, stock (a standalone node with DEBUG off, as Redis ships it: only the swapped twin fault hits it), sentinel (a Sentinel master set: a master, a replica, three sentinels) sentinel-default (one whose sentinels run with Sentinel's own periods: INFO every 10s, hello every 2s) or cluster (a Redis Cluster: 3 masters with a replica each), e.g. cluster,standalone,standalone; overrides -nodes")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "the schedule's random choices (faults, workers), as a run's report gives it, to run it again, e.g. on another build (the timing still varies); 0: random")
 	flag.Parse()
 	if *kinds != "" {
