@@ -38,6 +38,20 @@ func seedEpoch(t testing.TB, c *redisproc.Cluster) {
 	}
 }
 
+// proxiedNode starts one node that served redlease before (seedEpoch)
+// and a Proxy in front of it, closed after the test's engines.
+func proxiedNode(t *testing.T) (*redisproc.Cluster, *Proxy) {
+	t.Helper()
+	c := redisproc.Start(t, 1)
+	seedEpoch(t, c)
+	p, err := NewProxy(c.Nodes[0].Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return c, p
+}
+
 func newEngine(t *testing.T, cfg engine.Config) *engine.Engine {
 	t.Helper()
 	e, err := engine.New(cfg)
@@ -699,13 +713,7 @@ func waitProbes(t *testing.T, n *redisproc.Node, k int) {
 // not from the announcement, or it holds past its key's expiry, when the
 // waiter after it (on a quick link) takes the key.
 func TestScheduleLateGrantAnnouncement(t *testing.T) {
-	c := redisproc.Start(t, 1)
-	seedEpoch(t, c)
-	p, err := NewProxy(c.Nodes[0].Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	c, p := proxiedNode(t)
 	cfg := engine.Config{Nodes: c.Addrs(), TTL: 2 * time.Second}
 	slow := cfg
 	slow.Nodes = []string{p.Addr()}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/redlease/redlease/engine"
-	"github.com/redlease/redlease/internal/redisproc"
 )
 
 // A node whose answers take longer than a probe's first bound (a link as
@@ -15,13 +14,7 @@ import (
 // stayed down for good; under a loaded CI machine, that was every node
 // of a bounded run for minutes on end.
 func TestProbeOutlastsASlowLink(t *testing.T) {
-	c := redisproc.Start(t, 1)
-	seedEpoch(t, c)
-	p, err := NewProxy(c.Nodes[0].Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	_, p := proxiedNode(t)
 	e := newEngine(t, engine.Config{Nodes: []string{p.Addr()}, TTL: 10 * time.Second, HealthInterval: 100 * time.Millisecond})
 	events, cancel := e.Subscribe(64)
 	defer cancel()
