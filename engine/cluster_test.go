@@ -132,6 +132,7 @@ func TestClusterNode(t *testing.T) {
 // keep being served.
 func TestClusterFailoverIsAShardRestart(t *testing.T) {
 	t.Parallel() // it waits on its own cluster or master set, not on the CPU
+
 	const ttl = 8 * time.Second // well beyond a failover
 	c := redisproc.StartRedisClusterT(t, 3, 1)
 	spec := clusterNode(c)
@@ -308,6 +309,7 @@ func TestClusterMastersJudgedAtNew(t *testing.T) {
 // item 7: in 2 of 6 failovers, 1-3 slots out for another TTL).
 func TestClusterFailoverQuarantinesOnce(t *testing.T) {
 	t.Parallel() // it waits on its own cluster or master set, not on the CPU
+
 	const ttl = 2 * time.Second
 	c := redisproc.StartRedisClusterT(t, 3, 1)
 	spec := clusterNode(c)

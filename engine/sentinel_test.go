@@ -27,6 +27,7 @@ func sentinelNode(s *redisproc.SentinelSet) string {
 // serves, and InspectNodes names it.
 func TestSentinelFailoverIsARestart(t *testing.T) {
 	t.Parallel() // it waits on its own cluster or master set, not on the CPU
+
 	const ttl = 8 * time.Second // well beyond a failover (2.5-3s here, more on a loaded machine)
 	s := redisproc.StartSentinel(t, 2, 3)
 	spec := sentinelNode(s)
