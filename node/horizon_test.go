@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
-
 	"github.com/redlease/redlease/internal/redisproc"
 )
 
@@ -15,11 +13,7 @@ import (
 // held before: the script and the actor's bookkeeping are one rule.
 func TestRecordLivesAsDueAssumes(t *testing.T) {
 	c := redisproc.Start(t, 1)
-	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: c.Addrs(), DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	client := newClient(t, c.Addrs()[0])
 	ctx, key := t.Context(), RecordKey(epochKey)
 	for _, step := range []struct {
 		ttl        time.Duration

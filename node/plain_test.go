@@ -23,11 +23,7 @@ func TestPlainAgreesWithScript(t *testing.T) {
 	ctx := t.Context()
 	nodes := redisproc.Start(t, 2) // redisproc's servers may run DEBUG
 	srv := nodes.Nodes[0]
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClient(t, srv.Addr())
 	conn := NewConn(rueidis.ClientOption{InitAddress: []string{srv.Addr()}})
 	defer conn.Close()
 	probe := func() Info {
