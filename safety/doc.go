@@ -82,7 +82,11 @@
 // The Report counts acquisitions, overlapping holdings of one resource
 // (must be 0), stale writes the store rejected thanks to fencing, tokens
 // that did not increase (must be 0), lost leases, and leases whose Done
-// did not close by their deadline (must be 0). A clock jump breaks
+// did not close by their deadline (must be 0): a channel got from Done
+// before the deadline, looked at 200ms after it, must be closed, unless
+// the process stalled meanwhile (a goroutine that wakes every 5ms found
+// it could not run: the run queue of a starved machine, a GC; the
+// Report counts the stalls and the late Dones they explain). A clock jump breaks
 // Redlock's timing assumption, so the overlaps it explains (the first
 // holder's key sat on the node when its clock stepped) are kept apart in
 // Report.ClockOverlaps, with what fencing made of the stale holders'

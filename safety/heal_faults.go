@@ -78,7 +78,7 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 		return err
 	}
 	h := r.rec.Held(resource, "heal0/A", l.Value(), time.Now(), l.Until(), l.Token())
-	closed := doneAt(l)
+	closed := doneOpen(l)
 	lapsed := false
 	defer func() {
 		if lapsed {

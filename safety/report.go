@@ -16,17 +16,20 @@ import (
 // Report is what a Run saw.
 type Report struct {
 	Duration         time.Duration
-	Seed             uint64         // Config.Seed, or the one drawn: the schedule, to run again
-	Acquisitions     int            // leases held
-	AcquireFailures  int            // acquisitions that gave up (retries exhausted or a node fault)
-	Overlaps         []Overlap      // must be empty
-	OverlapStale     StaleWrites    // what fencing made of the stale holders' writes in Overlaps
-	TokenRegressions int            // must be 0
-	Writes           int            // accepted by the fenced store
-	StaleRejected    int            // writes the store refused thanks to fencing
-	LatePauses       int            // holders that paused past their validity before writing
-	Lost             int            // leases that ended with ErrLeaseLost
-	EndedWithoutDone int            // leases whose Done was still open after their deadline; must be 0
+	Seed             uint64      // Config.Seed, or the one drawn: the schedule, to run again
+	Acquisitions     int         // leases held
+	AcquireFailures  int         // acquisitions that gave up (retries exhausted or a node fault)
+	Overlaps         []Overlap   // must be empty
+	OverlapStale     StaleWrites // what fencing made of the stale holders' writes in Overlaps
+	TokenRegressions int         // must be 0
+	Writes           int         // accepted by the fenced store
+	StaleRejected    int         // writes the store refused thanks to fencing
+	LatePauses       int         // holders that paused past their validity before writing
+	Lost             int         // leases that ended with ErrLeaseLost
+	EndedWithoutDone int         // leases whose Done was still open after their deadline, beyond what the process stalled; must be 0
+	StalledDone      int         // leases whose Done was late only by what the process stalled (see stallWatch)
+	Stalls           int         // spans in which the process's goroutines could not run for over 20ms
+	LongestStall     time.Duration
 	Blocked          int            // resources a dead process left held on a quorum past a TTL (FaultKilledAfterRelease); must be 0
 	StaleResumes     int            // leases released (a quorum deleted their keys) that Resume took up again; must be 0
 	Faults           map[string]int // injected, by kind
@@ -147,7 +150,8 @@ func (r Report) String() string {
 		r.Duration.Round(time.Second), r.Acquisitions, r.AcquireFailures, len(r.Overlaps), r.TokenRegressions,
 		r.Writes, r.StaleRejected, r.LatePauses, r.Lost, r.EndedWithoutDone,
 		r.AcquireP99.Round(time.Microsecond), r.AcquireP99Down.Round(time.Microsecond), r.Faults)
-	fmt.Fprintf(&b, "; %d keys blocked by a dead process; %d released leases resumed; seed %d", r.Blocked, r.StaleResumes, r.Seed)
+	fmt.Fprintf(&b, "; %d keys blocked by a dead process; %d released leases resumed; %d process stalls, longest %v (%d late Dones they explain); seed %d",
+		r.Blocked, r.StaleResumes, r.Stalls, r.LongestStall.Round(time.Millisecond), r.StalledDone, r.Seed)
 	r.writeOverlaps(&b, r.Overlaps, true)
 	if len(r.Overlaps) > 0 {
 		fmt.Fprintf(&b, "\n  stale holders' writes in these overlaps: %v", r.OverlapStale)

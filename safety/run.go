@@ -263,13 +263,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Logf != nil {
 		r.wg.Go(func() { r.progress(ctx, start) })
 	}
+	r.wg.Go(func() { r.stalls.watch(ctx) })
 	r.wg.Wait()
 
 	rep := Report{Duration: time.Since(start), Seed: cfg.Seed, Faults: r.faults, Lost: int(r.lost.Load()),
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
 		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), Blocked: int(r.blocked.Load()),
-		StaleResumes: int(r.staleResumes.Load()),
-		ClockJumps:   r.jumps, Lapses: r.lapses,
+		StaleResumes: int(r.staleResumes.Load()), StalledDone: int(r.stalledDone.Load()),
+		ClockJumps: r.jumps, Lapses: r.lapses,
 		Timeline: r.timeline, log: r.log}
 	overlaps, regressions := r.rec.Check()
 	rep.Overlaps, rep.ClockOverlaps = split(overlaps, r.jumps)
@@ -284,6 +285,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	rep.OverlapStale, rep.ClockStale = Stale(rep.Overlaps), Stale(rep.ClockOverlaps)
 	rep.Writes, rep.StaleRejected = r.store.Counts()
 	rep.AcquireP99, rep.AcquireP99Down = p99(r.latUp), p99(r.latDown)
+	rep.LongestStall, rep.Stalls = r.stalls.longest()
 	return rep, nil
 }
 
@@ -382,6 +384,8 @@ type run struct {
 	lost         atomic.Int64
 	pauses       atomic.Int64
 	noDone       atomic.Int64
+	stalledDone  atomic.Int64 // Done late, but no later than the process stalled
+	stalls       stallWatch
 	blocked      atomic.Int64
 	staleResumes atomic.Int64
 

@@ -150,7 +150,7 @@ func (r *run) hold(ctx context.Context, e *engine.Engine, name string, rng *rand
 	acquired := time.Now()
 	r.latency(acquired.Sub(start), down)
 	h := r.rec.Held(resource, name, l.Value(), acquired, l.Until(), l.Token())
-	closed := doneAt(l)
+	closed := doneOpen(l)
 	if whole {
 		work = time.Until(l.Until()) // Done closes first, a margin before
 	}
@@ -264,31 +264,65 @@ func (r *run) write(h *Holding, l *engine.Lease) {
 	r.rec.Wrote(h, at, ok)
 }
 
-// doneAt sends the time l's Done closed.
-func doneAt(l *engine.Lease) <-chan time.Time {
-	at := make(chan time.Time, 1)
+// doneSlack is how late after Until a channel got from Done may still
+// be open: the runtime's time to run the deadline timer's goroutine.
+const doneSlack = 200 * time.Millisecond
+
+// doneOpen watches the channel a holder got from l's Done before its
+// deadline, as one that keeps it would, and looks at it doneSlack after
+// Until (Until as it is then: an extension moves it): it sends when it
+// found the channel still open past that, or the zero time when it
+// found it closed. Only the engine's timer counts: a look that runs late
+// is more lenient, not less, and it never calls Done or Err again, which
+// would end the lease on the caller's goroutine (engine.Lease.Done).
+func doneOpen(l *engine.Lease) <-chan time.Time {
+	done, open := l.Done(), make(chan time.Time, 1)
 	go func() {
-		<-l.Done()
-		at <- time.Now()
+		for {
+			t := time.NewTimer(time.Until(l.Until()) + doneSlack)
+			select {
+			case <-done:
+				t.Stop()
+				open <- time.Time{}
+				return
+			case <-t.C:
+			}
+			select {
+			case <-done:
+				open <- time.Time{}
+				return
+			default:
+			}
+			if now := time.Now(); now.After(l.Until().Add(doneSlack)) {
+				open <- now
+				return
+			}
+		}
 	}()
-	return at
+	return open
 }
 
-// checkDone counts a lease whose Done closed later than its deadline
-// (plus scheduling slack), or not at all, and a lost one. closed is
-// doneAt's: when Done closed, however late the holder looks.
-func (r *run) checkDone(h *Holding, l *engine.Lease, closed <-chan time.Time) {
+// checkDone counts a lease whose Done was still open doneSlack after its
+// deadline, beyond what the process stalled meanwhile (or was never
+// closed), and a lost one. open is doneOpen's.
+func (r *run) checkDone(h *Holding, l *engine.Lease, open <-chan time.Time) {
 	var at time.Time
 	select {
-	case at = <-closed:
+	case at = <-open:
 	case <-time.After(time.Until(l.Until()) + 5*time.Second):
-		at = <-closed
+		at = <-open
 	}
-	if late := at.Sub(l.Until()); late > 200*time.Millisecond {
-		r.noDone.Add(1)
-		if r.cfg.Logf != nil {
-			r.cfg.Logf("safety: %s's lease on %q: Done closed %v after Until (%v)", h.Holder, h.Resource,
-				late.Round(time.Millisecond), l.Err())
+	if !at.IsZero() {
+		// What the process stalled after Until, no engine could have saved.
+		late, stalled := at.Sub(l.Until()), r.stalls.within(l.Until(), at)
+		if late-stalled > doneSlack {
+			r.noDone.Add(1)
+			if r.cfg.Logf != nil {
+				r.cfg.Logf("safety: %s's lease on %q: Done still open %v after Until, %v of it with the process stalled (%v)",
+					h.Holder, h.Resource, late.Round(time.Millisecond), stalled.Round(time.Millisecond), l.Err())
+			}
+		} else {
+			r.stalledDone.Add(1)
 		}
 	}
 	if errors.Is(l.Err(), engine.ErrLeaseLost) {
