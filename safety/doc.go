@@ -43,6 +43,10 @@
 //   - repromote: the spare copies a node and is cut off; the node, after
 //     more leases, resyncs from the spare (older data, its own marker) and
 //     is promoted again;
+//   - writable replica: the spare replicates a node over a slow link; the
+//     node, made writable as a replica, resyncs from the lagging spare
+//     under its own replication id (marker unchanged, newest keys gone)
+//     and is promoted again;
 //   - failback: a node's address moves to the spare, cut off from it a
 //     moment before, while leases come and go, then back to the node, a
 //     stale former primary with its own marker;
