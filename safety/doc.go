@@ -47,6 +47,10 @@
 //     node, made writable as a replica, resyncs from the lagging spare
 //     under its own replication id (marker unchanged, newest keys gone)
 //     and is promoted again;
+//   - failover behind one address: the spare and a node swap roles
+//     (FAILOVER) while the node's address keeps the engines' connections
+//     to the demoted node; the engines must use the new master within a
+//     quarantine and a few seconds (Report.Stranded);
 //   - failback: a node's address moves to the spare, cut off from it a
 //     moment before, while leases come and go, then back to the node, a
 //     stale former primary with its own marker;

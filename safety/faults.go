@@ -53,6 +53,7 @@ func init() {
 		{FaultFlush, Standalone, 1, withoutHold((*run).flush), 1},
 		{FaultRepromote, Standalone, 1, withoutRand((*run).repromote), 1},
 		{FaultWritableReplica, Standalone, 1, withoutRand((*run).writableReplica), 1},
+		{FaultOneAddress, Standalone, 1, withoutRand((*run).oneAddress), 1},
 		{FaultFailback, Standalone, 1, withoutRand((*run).failback), 1},
 		{FaultReload, Standalone, 1, withoutRand((*run).reload), 1},
 		{FaultProxySwitch, Standalone, 1, (*run).proxySwitch, 1},

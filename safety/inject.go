@@ -280,23 +280,8 @@ func (r *run) evict(ctx context.Context, n *redisproc.Node, hold time.Duration) 
 // trusted at once.
 func (r *run) failover(ctx context.Context, k int, hold time.Duration) error {
 	n, s := r.cluster.Nodes[k], r.spare.Nodes[0]
-	if _, err := n.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+	if err := replicaOver(ctx, s, n, n.Addr()); err != nil {
 		return err
-	}
-	_, port, _ := strings.Cut(n.Addr(), ":")
-	if _, err := s.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
-		return err
-	}
-	for synced := time.Now().Add(5 * time.Second); ; {
-		if link, _ := s.Info(ctx, "replication", "master_link_status"); link == "up" {
-			break
-		}
-		if time.Now().After(synced) {
-			return errors.New("the spare did not sync within 5s")
-		}
-		if !sleep(ctx, 10*time.Millisecond) {
-			return ctx.Err()
-		}
 	}
 	sleep(ctx, hold) // leases come and go, and reach the spare
 	if _, err := s.Do(ctx, "REPLICAOF", "NO", "ONE"); err != nil {

@@ -2,6 +2,7 @@ package safety
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -33,7 +34,7 @@ func (r *run) writableReplica(ctx context.Context, k int, hold time.Duration) er
 		return err
 	}
 	defer link.Close()
-	if err := replicaOver(ctx, s, n, link); err != nil {
+	if err := replicaOver(ctx, s, n, link.Addr()); err != nil {
 		return err
 	}
 	defer func() { _ = promoteNode(s) }()
@@ -56,13 +57,13 @@ func (r *run) writableReplica(ctx context.Context, k int, hold time.Duration) er
 	return err
 }
 
-// replicaOver makes s a replica of n through link and waits until its
-// link is up.
-func replicaOver(ctx context.Context, s, n *redisproc.Node, link *Proxy) error {
+// replicaOver makes s a replica of n, reached at addr (n's own, or a
+// proxy's in front of it), and waits until its link is up.
+func replicaOver(ctx context.Context, s, n *redisproc.Node, addr string) error {
 	if _, err := n.Do(ctx, "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
 		return err
 	}
-	_, port, _ := strings.Cut(link.Addr(), ":")
+	_, port, _ := strings.Cut(addr, ":")
 	if _, err := s.Do(ctx, "REPLICAOF", "127.0.0.1", port); err != nil {
 		return err
 	}
@@ -74,5 +75,84 @@ func replicaOver(ctx context.Context, s, n *redisproc.Node, link *Proxy) error {
 			return ctx.Err()
 		}
 	}
-	return fmt.Errorf("safety: the spare did not sync with %s in 10s", n.Addr())
+	return fmt.Errorf("safety: %s did not sync with %s in 10s", s.Addr(), n.Addr())
+}
+
+// FaultOneAddress: a failover behind one address. The spare replicates
+// node k, then FAILOVER swaps them: the spare is the master, k its
+// replica. k's address (its Proxy) sends new connections to the spare
+// and keeps the old ones where they went, as a DNS name, a lazily
+// reconnecting proxy or a managed endpoint does, so the engines' kept
+// connections meet a replica. They must dial again and use the new
+// master once its quarantine has passed (its replication id is new): the
+// injector waits for a worker's lock key on it, for up to the quarantine
+// and oneAddressGrace, and counts a failover the engines never came back
+// from in Report.Stranded. (Keeping the connection to the demoted master,
+// running engines saw a replica at every probe: 11 of 14 runs never used
+// the new master within 93 s.) The spare then stays as node k; k's
+// process, cut off and emptied, is the next spare.
+const FaultOneAddress = "failover behind one address"
+
+// oneAddressGrace is how long past the quarantine the engines may take
+// to use the new master of FaultOneAddress: a probe or two to find the
+// replica and dial again, and a round.
+const oneAddressGrace = 3 * time.Second
+
+// oneAddress injects FaultOneAddress on node k.
+func (r *run) oneAddress(ctx context.Context, k int, hold time.Duration) error {
+	n, s := r.cluster.Nodes[k], r.spare.Nodes[0]
+	if err := replicaOver(ctx, s, n, n.Addr()); err != nil {
+		return err
+	}
+	sleep(ctx, hold) // leases come and go, and reach the spare
+	r.nodesDown.Add(1)
+	defer r.nodesDown.Add(-1)
+	if _, err := n.Do(ctx, "FAILOVER"); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if role, _ := s.Info(ctx, "replication", "role"); role == "master" {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, _ = n.Do(ctx, "FAILOVER", "ABORT")
+			_ = promoteNode(s)
+			return errors.New("safety: FAILOVER did not promote the spare in 10s")
+		}
+		if !sleep(ctx, 10*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	switched := time.Now()
+	r.proxies[k].Retarget(s.Addr())
+	r.cluster.Nodes[k], r.spare.Nodes[0] = s, n
+	used := r.usedAgain(ctx, s, switched.Add(r.cfg.quarantine()+oneAddressGrace))
+	// Cut what still goes to the former master, which is the spare now.
+	r.proxies[k].Failover(s.Addr())
+	err := promoteNode(n)
+	if _, ferr := n.Do(ctx, "FLUSHALL"); err == nil {
+		err = ferr
+	}
+	if !used && ctx.Err() == nil {
+		r.stranded.Add(1)
+		if r.cfg.Logf != nil {
+			r.cfg.Logf("safety: no engine used node %d's new master within %v of a failover behind its address", k, time.Since(switched).Round(time.Millisecond))
+		}
+	}
+	return err
+}
+
+// usedAgain waits until a worker's lock key is on s, or until deadline.
+func (r *run) usedAgain(ctx context.Context, s *redisproc.Node, deadline time.Time) bool {
+	for time.Now().Before(deadline) {
+		if keys, err := s.Do(ctx, "KEYS", lockKey("*")); err == nil {
+			if ks, _ := keys.([]any); len(ks) > 0 {
+				return true
+			}
+		}
+		if !sleep(ctx, 20*time.Millisecond) {
+			return false
+		}
+	}
+	return false
 }

@@ -32,6 +32,7 @@ type Report struct {
 	LongestStall     time.Duration
 	Blocked          int            // resources a dead process left held on a quorum past a TTL (FaultKilledAfterRelease); must be 0
 	StaleResumes     int            // leases released (a quorum deleted their keys) that Resume took up again; must be 0
+	Stranded         int            // failovers behind one address (FaultOneAddress) whose new master no engine used within a quarantine and some seconds; must be 0
 	Faults           map[string]int // injected, by kind
 	AcquireP99       time.Duration  // all nodes up
 	AcquireP99Down   time.Duration  // one node dead or paused
@@ -139,7 +140,7 @@ func lockKeys(ctx context.Context, n *redisproc.Node) (map[string]string, error)
 // jump explains do not count; a write that fencing let through after a
 // newer holder's does, wherever it happened.
 func (r Report) OK() bool {
-	return len(r.Overlaps) == 0 && r.TokenRegressions == 0 && r.EndedWithoutDone == 0 && r.Blocked == 0 && r.StaleResumes == 0 &&
+	return len(r.Overlaps) == 0 && r.TokenRegressions == 0 && r.EndedWithoutDone == 0 && r.Blocked == 0 && r.StaleResumes == 0 && r.Stranded == 0 &&
 		r.OverlapStale.Failed == 0 && r.ClockStale.Failed == 0
 }
 
@@ -150,8 +151,8 @@ func (r Report) String() string {
 		r.Duration.Round(time.Second), r.Acquisitions, r.AcquireFailures, len(r.Overlaps), r.TokenRegressions,
 		r.Writes, r.StaleRejected, r.LatePauses, r.Lost, r.EndedWithoutDone,
 		r.AcquireP99.Round(time.Microsecond), r.AcquireP99Down.Round(time.Microsecond), r.Faults)
-	fmt.Fprintf(&b, "; %d keys blocked by a dead process; %d released leases resumed; %d process stalls, longest %v (%d late Dones they explain); seed %d",
-		r.Blocked, r.StaleResumes, r.Stalls, r.LongestStall.Round(time.Millisecond), r.StalledDone, r.Seed)
+	fmt.Fprintf(&b, "; %d keys blocked by a dead process; %d released leases resumed; %d failovers behind one address not come back from; %d process stalls, longest %v (%d late Dones they explain); seed %d",
+		r.Blocked, r.StaleResumes, r.Stranded, r.Stalls, r.LongestStall.Round(time.Millisecond), r.StalledDone, r.Seed)
 	r.writeOverlaps(&b, r.Overlaps, true)
 	if len(r.Overlaps) > 0 {
 		fmt.Fprintf(&b, "\n  stale holders' writes in these overlaps: %v", r.OverlapStale)

@@ -270,6 +270,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		Acquisitions: r.rec.Count(), AcquireFailures: int(r.failures.Load()),
 		LatePauses: int(r.pauses.Load()), EndedWithoutDone: int(r.noDone.Load()), Blocked: int(r.blocked.Load()),
 		StaleResumes: int(r.staleResumes.Load()), StalledDone: int(r.stalledDone.Load()),
+		Stranded:   int(r.stranded.Load()),
 		ClockJumps: r.jumps, Lapses: r.lapses,
 		Timeline: r.timeline, log: r.log}
 	overlaps, regressions := r.rec.Check()
@@ -384,6 +385,7 @@ type run struct {
 	lost         atomic.Int64
 	pauses       atomic.Int64
 	noDone       atomic.Int64
+	stranded     atomic.Int64 // FaultOneAddress's failovers the engines did not come back from
 	stalledDone  atomic.Int64 // Done late, but no later than the process stalled
 	stalls       stallWatch
 	blocked      atomic.Int64
