@@ -106,9 +106,7 @@ func appendPlain(cmds rueidis.Commands, c rueidis.Client, batch []entry, epochKe
 		cmds = append(cmds, c.B().Get().Key(epochKey).Build(), c.B().Info().Section("replication").Build())
 	}
 	for i := range batch {
-		e := &batch[i]
-		// Arbitrary, to take the TTL as ttl formats it: most often once.
-		cmds = append(cmds, c.B().Arbitrary("SET").Keys(e.req.Key).Args(e.req.Value, "NX", "PX", ttl.format(e.ttl)).Build())
+		cmds = append(cmds, batch[i].plainSet(c, ttl))
 	}
 	return append(cmds, c.B().Exec().Build())
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -206,5 +207,28 @@ func TestPlainRefusalNamesTheHolder(t *testing.T) {
 	}
 	if d, err := h.server.PTTL(ctx, "own"); err != nil || d > time.Minute {
 		t.Fatalf("own key's TTL %v (%v): renewed by a refused acquire", d, err)
+	}
+}
+
+// The plain acquire takes what the script's acquire takes (the row
+// plainAcquire), so an acquire carries the same whichever way it goes,
+// and its SET puts each where SET takes it: the key holds the value, for
+// the TTL.
+func TestPlainRowIsTheAcquires(t *testing.T) {
+	if a := scriptCmds[codeAcquire]; !slices.Equal(plainAcquire.keys, a.keys) || !slices.Equal(plainAcquire.args, a.args) {
+		t.Fatalf("plain acquire takes KEYS %v ARGV %v, the script's acquire %v %v", plainAcquire.keys, plainAcquire.args, a.keys, a.args)
+	}
+	ctx := t.Context()
+	c := newClient(t, redisproc.Start(t, 1).Nodes[0].Addr())
+	a := &nodeActor{cfg: Config{Index: 0}, stopping: true} // stopping: enqueue only queues
+	a.command(&Acquire{Request: Request{Key: "{r}", Value: "v"}, TTL: 3 * time.Second})
+	res := c.DoMulti(ctx, appendPlain(nil, c, a.queue[:1], epochKey, "", &millis{})...)
+	if err := res[len(res)-1].Error(); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := c.Do(ctx, c.B().Get().Key("{r}").Build()).ToString()
+	pttl, _ := c.Do(ctx, c.B().Pttl().Key("{r}").Build()).AsInt64()
+	if v != "v" || pttl <= 2000 || pttl > 3000 {
+		t.Fatalf("after a plain acquire of {r} by v for 3s, the key holds %q for %dms", v, pttl)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/redis/rueidis"
 )
 
 // The batch script's protocol, written once. Every command batch.lua runs
@@ -13,7 +15,8 @@ import (
 // names, and TestScriptAgreesWithTable checks batch.lua's header and its
 // arity table against the rows: a command whose arity differed on the
 // two sides would shift the arguments of every command after it in a
-// batch, onto other owners' keys.
+// batch, onto other owners' keys. The plain acquire's SET (plain.go) is a
+// row too, plainAcquire, which must take what the script's acquire takes.
 
 // code is a command of the batch script.
 type code uint8
@@ -111,6 +114,22 @@ var scriptCmds = [...]scriptCmd{
 	codeFence:        {"f", "fence", []key{keyLock, keyFence}, []arg{argValue, argToken}, "1 | 0"},
 	codeCheck:        {"c", "check", []key{keyLock}, []arg{argValue}, "{1, pttl} | {0, pttl, holder, meta} | -2 | -1"},
 	codeHeal:         {"h", "heal", []key{keyLock}, []arg{argValue, argTTL}, "1 | 0 | -1"},
+}
+
+// plainAcquire is the plain block's row (plain.go): an acquire that goes
+// as SET <lock> <value> NX PX <ttl> in a MULTI/EXEC block opened by the
+// epoch's reads, in place of the script's codeAcquire, whose keys and
+// arguments it takes (TestPlainRowIsTheAcquires): an acquire carries the
+// same whichever way it goes. Its reply is OK (granted) or nil: the key
+// was there, and the script's check (codeCheck) answers whose.
+var plainAcquire = scriptCmd{"SET", "plain acquire, in MULTI/EXEC after the epoch's reads",
+	[]key{keyLock}, []arg{argValue, argTTL}, "OK | nil"}
+
+// plainSet is e's command in a plain block, each of plainAcquire's key
+// and arguments where SET takes it.
+func (e *entry) plainSet(c rueidis.Client, ttl *millis) rueidis.Completed {
+	r := &plainAcquire
+	return c.B().Arbitrary(r.code).Keys(e.req.Key).Args(e.arg(r.args[0], ttl), "NX", "PX", e.arg(r.args[1], ttl)).Build()
 }
 
 // luaName is name as batch.lua reads it: "successor since" is
