@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlease/redlease/engine"
+	"github.com/redlease/redlease/lease"
 )
 
 // FaultHeal: a held, auto-extended lease loses its key on one node (its
@@ -25,8 +26,8 @@ const FaultHeal = "heal"
 // break it.
 type Lapse struct {
 	Resource, Value string    // the lease's
-	At              time.Time // when its keys went
-	Until           time.Time // the lease's validity deadline then
+	At              time.Time // when its keys began to go
+	Until           time.Time // the lease's validity deadline when they were all gone
 }
 
 // explains reports whether the lapse explains o: the lease is o's first
@@ -79,9 +80,10 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 	}
 	h := r.rec.Held(resource, "heal0/A", l.Value(), time.Now(), l.Until(), l.Token())
 	closed := doneOpen(l)
-	lapsed := false
+	var lapsed *Lapse
+	var gone time.Time // when every key was gone
 	defer func() {
-		if lapsed {
+		if lapsed != nil {
 			// A holder goes on while its lease holds (a lease made again,
 			// for a TTL more), and stops when Done closes.
 			select {
@@ -90,6 +92,18 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 			}
 		}
 		r.rec.Ended(h, time.Now(), l.Until())
+		if lapsed != nil {
+			// An extension round in flight while the keys went may have
+			// won on the nodes it reached before their DEL: the validity
+			// the lease had when they were all gone is that round's. Its
+			// start is its validity's, less a TTL and the drift; a round
+			// that began later met none of the keys, and must have lost.
+			u := l.Until()
+			if start := u.Add(-ttl + lease.Drift(ttl, engine.DefaultDriftFactor)); !start.After(gone) && u.After(lapsed.Until) {
+				lapsed.Until = u
+			}
+			r.lapses = append(r.lapses, *lapsed)
+		}
 		_ = l.Release(context.Background())
 		r.checkDone(h, l, closed)
 	}()
@@ -119,8 +133,7 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 			return fmt.Errorf("node %d not healed after two extensions: it holds %q (%v)", k+1, v, err)
 		}
 	}
-	r.lapses = append(r.lapses, Lapse{Resource: resource, Value: l.Value(), At: time.Now(), Until: l.Until()})
-	lapsed = true
+	lapsed = &Lapse{Resource: resource, Value: l.Value(), At: time.Now(), Until: l.Until()}
 	all := make([]int, len(r.addrs))
 	for i := range all {
 		all[i] = i
@@ -128,6 +141,7 @@ func (r *run) heal(ctx context.Context, rng *rand.Rand, k int) error {
 	if err := lapse(all...); err != nil {
 		return err
 	}
+	gone = time.Now()
 	// Before the lease's next extension: a third of a TTL from the last.
 	bctx, cancel := context.WithTimeout(ctx, ttl/engine.AutoExtendDivisor/2)
 	defer cancel()
