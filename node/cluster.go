@@ -696,10 +696,12 @@ func (a *nodeActor) slotsToMark(now time.Time) []uint16 {
 func markEach(ctx context.Context, client rueidis.Client, epochKey string, slots []uint16, info Info, checkEvicted bool) (bool, error) {
 	lineage := info.Lineage()
 	var todo []uint16
-	cmds := make(rueidis.Commands, 0, min(len(slots), maxBatch))
+	// A slice of commands per call: a DoMulti that ctx cut short leaves
+	// its commands to rueidis's reader, which reads them still (the race
+	// detector caught a reused slice written under it).
 	for from := 0; from < len(slots); from += maxBatch {
 		chunk := slots[from:min(from+maxBatch, len(slots))]
-		cmds = cmds[:0]
+		cmds := make(rueidis.Commands, 0, len(chunk))
 		for _, s := range chunk {
 			cmds = append(cmds, client.B().Get().Key(markerKey(epochKey, s)).Build())
 		}
@@ -716,7 +718,7 @@ func markEach(ctx context.Context, client rueidis.Client, epochKey string, slots
 	}
 	args := markArgs(info, checkEvicted)
 	for from := 0; from < len(todo); from += maxBatch {
-		cmds = cmds[:0]
+		cmds := make(rueidis.Commands, 0, min(len(todo)-from, maxBatch))
 		for _, s := range todo[from:min(from+maxBatch, len(todo))] {
 			cmds = append(cmds, client.B().Evalsha().Sha1(epochScript.sha).Numkeys(1).Key(markerKey(epochKey, s)).Arg(args...).Build())
 		}
