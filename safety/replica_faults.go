@@ -85,9 +85,10 @@ func replicaOver(ctx context.Context, s, n *redisproc.Node, addr string) error {
 // reconnecting proxy or a managed endpoint does, so the engines' kept
 // connections meet a replica. They must dial again and use the new
 // master once its quarantine has passed (its replication id is new): the
-// injector waits for a worker's lock key on it, for up to the quarantine
-// and oneAddressGrace, and counts a failover the engines never came back
-// from in Report.Stranded. (Keeping the connection to the demoted master,
+// injector waits for a lease granted there (a worker's lock key with a
+// value the new master did not hold at the switch: the ones it replicated
+// are not a use), for up to the quarantine and oneAddressGrace, and
+// counts a failover the engines never came back from in Report.Stranded. (Keeping the connection to the demoted master,
 // running engines saw a replica at every probe: 11 of 14 runs never used
 // the new master within 93 s.) The spare then stays as node k; k's
 // process, cut off and emptied, is the next spare.
@@ -124,9 +125,10 @@ func (r *run) oneAddress(ctx context.Context, k int, hold time.Duration) error {
 		}
 	}
 	switched := time.Now()
+	before := lockValues(ctx, s) // replicated from k: not a new use
 	r.proxies[k].Retarget(s.Addr())
 	r.cluster.Nodes[k], r.spare.Nodes[0] = s, n
-	used := r.usedAgain(ctx, s, switched.Add(r.cfg.quarantine()+oneAddressGrace))
+	used := usedAgain(ctx, s, before, switched.Add(r.cfg.quarantine()+oneAddressGrace))
 	// Cut what still goes to the former master, which is the spare now.
 	r.proxies[k].Failover(s.Addr())
 	err := promoteNode(n)
@@ -142,11 +144,12 @@ func (r *run) oneAddress(ctx context.Context, k int, hold time.Duration) error {
 	return err
 }
 
-// usedAgain waits until a worker's lock key is on s, or until deadline.
-func (r *run) usedAgain(ctx context.Context, s *redisproc.Node, deadline time.Time) bool {
+// usedAgain waits until s holds a worker's lock key with a value it did
+// not hold before (a lease granted there since), or until deadline.
+func usedAgain(ctx context.Context, s *redisproc.Node, before map[string]string, deadline time.Time) bool {
 	for time.Now().Before(deadline) {
-		if keys, err := s.Do(ctx, "KEYS", lockKey("*")); err == nil {
-			if ks, _ := keys.([]any); len(ks) > 0 {
+		for key, v := range lockValues(ctx, s) {
+			if before[key] != v {
 				return true
 			}
 		}
@@ -155,4 +158,21 @@ func (r *run) usedAgain(ctx context.Context, s *redisproc.Node, deadline time.Ti
 		}
 	}
 	return false
+}
+
+// lockValues is the workers' lock keys on s and their values.
+func lockValues(ctx context.Context, s *redisproc.Node) map[string]string {
+	out := map[string]string{}
+	keys, err := s.Do(ctx, "KEYS", lockKey("*"))
+	if err != nil {
+		return out
+	}
+	ks, _ := keys.([]any)
+	for _, k := range ks {
+		key, _ := k.(string)
+		if v, ok, err := s.Get(ctx, key); ok && err == nil {
+			out[key] = v
+		}
+	}
+	return out
 }
