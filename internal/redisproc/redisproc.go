@@ -50,6 +50,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -233,14 +234,44 @@ func startNode(n *Node, prepare func(n *Node) error) (*Node, error) {
 	return n, nil
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// freePort returns a loopback TCP port that was free a moment ago, below
+// the kernel's ephemeral range where there is room: a node restarts on
+// its port, and a port the kernel hands out as the source of outgoing
+// connections may be some client's while the node is down (a restart
+// failed with "address already in use" in a clean-clone CI run).
 func freePort() (int, error) {
+	if lo := ephemeralLow(); lo > firstPort+1000 {
+		for range 100 {
+			p := firstPort + rand.IntN(lo-firstPort)
+			if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+				l.Close()
+				return p, nil
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("redisproc: finding a free port: %w", err)
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// firstPort is the lowest port freePort picks.
+const firstPort = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	lo, err := strconv.Atoi(strings.Fields(string(b) + " x")[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }
 
 // launch starts redis-server on n.port, logging to redis.log in n.dir
