@@ -180,6 +180,11 @@ func TestHealRefusedLikeAnAcquire(t *testing.T) {
 		if val, ok, err := h.server.Get(t.Context(), "k"); ok || err != nil {
 			t.Fatalf("the heal set %q (%v)", val, err)
 		}
+		// The vote is answered before the actor takes in what the batch
+		// found: the quarantine shows in Stats a moment later.
+		testwait.Eventually(t, 2*time.Second, "the node quarantined", func() bool {
+			return !h.node.Stats().QuarantineUntil.IsZero()
+		})
 		if until := h.node.Stats().QuarantineUntil; time.Until(until) < 30*time.Second {
 			t.Fatalf("quarantined until %v, want about a minute from now", until)
 		}
