@@ -263,15 +263,17 @@ const firstPort = 10000
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's
 // default when it cannot be read).
 func ephemeralLow() int {
+	const linux = 32768
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return 32768
+		return linux
 	}
-	lo, err := strconv.Atoi(strings.Fields(string(b) + " x")[0])
-	if err != nil {
-		return 32768
+	if f := strings.Fields(string(b)); len(f) == 2 {
+		if lo, err := strconv.Atoi(f[0]); err == nil {
+			return lo
+		}
 	}
-	return lo
+	return linux
 }
 
 // launch starts redis-server on n.port, logging to redis.log in n.dir
